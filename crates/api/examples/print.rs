@@ -1,0 +1,1 @@
+fn main() { print!("{}", sample_operator_api::crds_yaml().unwrap()); }

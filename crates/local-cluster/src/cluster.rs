@@ -1,0 +1,446 @@
+//! Starting, inspecting and stopping the local control plane.
+//!
+//! `up` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok as local
+//! processes on free loopback ports, writes an admin kubeconfig to `<run dir>/kubeconfig`,
+//! registers a few fake nodes that kwok keeps Ready and returns once the apiserver is ready and
+//! the nodes are Ready. `down` stops exactly the processes `up` recorded.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::api::{Api, ListParams, PostParams};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::lock::FileLock;
+use crate::pki::{self, Identity, Pki};
+use crate::process::{Component, free_port};
+use crate::toolchain::{self, Binaries};
+use crate::paths;
+
+/// How many fake nodes `up` registers.
+pub const NODES: usize = 3;
+/// Service addresses; the apiserver's certificate names the first one.
+const SERVICE_CIDR: &str = "10.0.0.0/24";
+
+/// What `up` recorded about the running cluster, kept in `<run dir>/state.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct State {
+    pub server: String,
+    pub kubernetes_version: String,
+    pub components: Vec<Component>,
+}
+
+/// A handle to the local cluster's folder.
+#[derive(Clone, Debug)]
+pub struct LocalCluster {
+    dir: PathBuf,
+}
+
+impl Default for LocalCluster {
+    fn default() -> Self {
+        Self::new(paths::run_dir())
+    }
+}
+
+impl LocalCluster {
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The admin kubeconfig (user `kubernetes-admin`, group `system:masters`).
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    pub fn logs_dir(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+
+    fn state_file(&self) -> PathBuf {
+        self.dir.join("state.json")
+    }
+
+    fn lock(&self) -> Result<FileLock> {
+        FileLock::acquire(&self.dir.with_extension("lock"))
+    }
+
+    /// The recorded state, if a cluster was started here.
+    pub fn state(&self) -> Option<State> {
+        let text = std::fs::read_to_string(self.state_file()).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// A client with the admin kubeconfig.
+    pub async fn client(&self) -> Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig())?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// Whether every recorded process runs and the apiserver answers `/readyz`.
+    pub async fn is_healthy(&self) -> bool {
+        let Some(state) = self.state() else { return false };
+        if !state.components.iter().all(Component::is_running) {
+            return false;
+        }
+        match self.client().await {
+            Ok(client) => readyz(&client).await.is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// Starts the cluster, or returns at once when a healthy one already runs here. Builds the
+    /// binaries first when they are not cached.
+    pub async fn up(&self) -> Result<State> {
+        let binaries = tokio::task::spawn_blocking(toolchain::ensure)
+            .await
+            .map_err(|e| Error::Toolchain { component: "toolchain".into(), message: e.to_string() })??;
+        let _lock = self.lock()?;
+        if self.is_healthy().await {
+            return self.state().ok_or(Error::NotRunning);
+        }
+        // Whatever is left of an earlier cluster (a crash, a reboot) is stopped and wiped.
+        self.stop_recorded();
+        if self.dir.exists() {
+            std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+
+        let mut started = Vec::new();
+        let result = self.start(&binaries, &mut started).await;
+        if result.is_err() {
+            for component in started.iter().rev() {
+                component.stop(Duration::from_secs(5));
+            }
+        }
+        result
+    }
+
+    async fn start(&self, bin: &Binaries, started: &mut Vec<Component>) -> Result<State> {
+        let pki = pki::generate(&self.dir.join("pki"), &[&pki::ADMIN, &pki::CONTROLLER_MANAGER, &pki::SCHEDULER, &pki::KWOK])?;
+        let logs = self.logs_dir();
+        let etcd_port = free_port()?;
+        let etcd_peer_port = free_port()?;
+        let apiserver_port = free_port()?;
+        let server = format!("https://127.0.0.1:{apiserver_port}");
+        let record = |started: &mut Vec<Component>, c: Component| -> Result<()> {
+            started.push(c);
+            self.write_state(&State { server: server.clone(), kubernetes_version: bin.kubernetes_version.clone(), components: started.clone() })
+        };
+
+        let etcd = Component::start("etcd", &bin.etcd, &etcd_args(&self.dir.join("etcd"), etcd_port, etcd_peer_port), &logs)?;
+        record(started, etcd.clone())?;
+        wait_for("etcd to answer /health", Duration::from_secs(30), started, || async {
+            etcd_health(etcd_port)
+        })
+        .await?;
+
+        let apiserver = Component::start("kube-apiserver", &bin.kube_apiserver, &apiserver_args(&pki, &self.dir, etcd_port, apiserver_port), &logs)?;
+        record(started, apiserver)?;
+        self.write_kubeconfig(&self.kubeconfig(), &server, &pki, &pki::ADMIN)?;
+        let client = self.client().await?;
+        wait_for("kube-apiserver to answer /readyz", Duration::from_secs(120), started, || async {
+            readyz(&client).await.map(Some)
+        })
+        .await?;
+
+        for (name, id, binary) in [
+            ("kube-controller-manager", &pki::CONTROLLER_MANAGER, &bin.kube_controller_manager),
+            ("kube-scheduler", &pki::SCHEDULER, &bin.kube_scheduler),
+        ] {
+            let kubeconfig = self.dir.join(format!("{}.kubeconfig", id.file_stem));
+            self.write_kubeconfig(&kubeconfig, &server, &pki, id)?;
+            let args = if name == "kube-controller-manager" {
+                controller_manager_args(&pki, &kubeconfig, &self.dir, free_port()?)
+            } else {
+                scheduler_args(&kubeconfig, &self.dir, free_port()?)
+            };
+            record(started, Component::start(name, binary, &args, &logs)?)?;
+        }
+
+        let kwok_kubeconfig = self.dir.join("kwok.kubeconfig");
+        self.write_kubeconfig(&kwok_kubeconfig, &server, &pki, &pki::KWOK)?;
+        let stages = self.dir.join("kwok-stages.yaml");
+        write_kwok_stages(&bin.kwok_module_dir, &stages)?;
+        let kwok_args = vec![
+            format!("--kubeconfig={}", kwok_kubeconfig.display()),
+            format!("--config={}", stages.display()),
+            "--manage-all-nodes=true".into(),
+            "--node-lease-duration-seconds=40".into(),
+            format!("--server-address=127.0.0.1:{}", free_port()?),
+        ];
+        record(started, Component::start("kwok", &bin.kwok, &kwok_args, &logs)?)?;
+
+        register_nodes(&client).await?;
+        wait_for("the fake nodes to be Ready", Duration::from_secs(90), started, || async {
+            nodes_ready(&client).await
+        })
+        .await?;
+        // The controller-manager's service-account controller creates `default` in every
+        // namespace; Pods cannot be admitted without it.
+        wait_for("kube-controller-manager to create the default ServiceAccount", Duration::from_secs(90), started, || async {
+            let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+            match sa.get_opt("default").await {
+                Ok(Some(_)) => Ok(Some(())),
+                Ok(None) => Err("no ServiceAccount default/default yet".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await?;
+        self.state().ok_or(Error::NotRunning)
+    }
+
+    fn write_state(&self, state: &State) -> Result<()> {
+        let path = self.state_file();
+        let text = serde_json::to_string_pretty(state).map_err(|e| Error::Encode { what: "state".into(), message: e.to_string() })?;
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
+    }
+
+    fn write_kubeconfig(&self, path: &Path, server: &str, pki: &Pki, id: &Identity) -> Result<()> {
+        let text = kubeconfig_yaml(server, &pki.ca_cert(), &pki.client_cert(id), &pki.client_key(id));
+        std::fs::write(path, text).map_err(|e| Error::io(path, e))
+    }
+
+    /// Stops every recorded process (in reverse start order) and removes the run folder.
+    /// Stopping a cluster that is not running is not an error.
+    pub fn down(&self) -> Result<()> {
+        let _lock = self.lock()?;
+        self.stop_recorded();
+        if self.dir.exists() {
+            std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        }
+        Ok(())
+    }
+
+    fn stop_recorded(&self) {
+        if let Some(state) = self.state() {
+            for component in state.components.iter().rev() {
+                component.stop(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// Polls `check` every 250 ms until it returns `Ok(Some(value))`, failing early with the log
+/// tail of any component that died, or after `timeout` with the last thing `check` reported.
+pub(crate) async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, components: &[Component], mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<Option<T>, String>>,
+{
+    let start = Instant::now();
+    let mut last_seen = String::from("nothing yet");
+    loop {
+        for component in components {
+            component.check()?;
+        }
+        match check().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => {}
+            Err(seen) => last_seen = seen,
+        }
+        if start.elapsed() > timeout {
+            return Err(Error::Timeout { what: what.into(), seconds: timeout.as_secs(), last_seen });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn etcd_args(data_dir: &Path, port: u16, peer_port: u16) -> Vec<String> {
+    let client = format!("http://127.0.0.1:{port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    vec![
+        "--name=local".into(),
+        format!("--data-dir={}", data_dir.display()),
+        format!("--listen-client-urls={client}"),
+        format!("--advertise-client-urls={client}"),
+        format!("--listen-peer-urls={peer}"),
+        format!("--initial-advertise-peer-urls={peer}"),
+        format!("--initial-cluster=local={peer}"),
+        // A throwaway cluster: durability is not worth an fsync per write.
+        "--unsafe-no-fsync=true".into(),
+        "--auto-compaction-mode=periodic".into(),
+        "--auto-compaction-retention=5m".into(),
+        "--log-level=warn".into(),
+    ]
+}
+
+fn etcd_health(port: u16) -> std::result::Result<Option<()>, String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).map_err(|e| e.to_string())?;
+    stream.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).map_err(|e| e.to_string())?;
+    if body.contains("\"health\":\"true\"") { Ok(Some(())) } else { Err(body) }
+}
+
+fn apiserver_args(pki: &Pki, dir: &Path, etcd_port: u16, port: u16) -> Vec<String> {
+    vec![
+        format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        format!("--cert-dir={}", dir.join("apiserver").display()),
+        format!("--tls-cert-file={}", pki.serving_cert().display()),
+        format!("--tls-private-key-file={}", pki.serving_key().display()),
+        format!("--client-ca-file={}", pki.ca_cert().display()),
+        "--authorization-mode=Node,RBAC".into(),
+        "--anonymous-auth=false".into(),
+        format!("--service-account-key-file={}", pki.service_account_pub().display()),
+        format!("--service-account-signing-key-file={}", pki.service_account_key().display()),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+        format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+        "--allow-privileged=true".into(),
+        // Loopback addresses are not valid endpoints, so the `kubernetes` Service gets none.
+        "--endpoint-reconciler-type=none".into(),
+        "--profiling=false".into(),
+        "--v=1".into(),
+    ]
+}
+
+fn controller_manager_args(pki: &Pki, kubeconfig: &Path, dir: &Path, port: u16) -> Vec<String> {
+    let kubeconfig = kubeconfig.display();
+    vec![
+        format!("--kubeconfig={kubeconfig}"),
+        format!("--authentication-kubeconfig={kubeconfig}"),
+        format!("--authorization-kubeconfig={kubeconfig}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        format!("--cert-dir={}", dir.join("controller-manager").display()),
+        format!("--root-ca-file={}", pki.ca_cert().display()),
+        format!("--service-account-private-key-file={}", pki.service_account_key().display()),
+        "--use-service-account-credentials=true".into(),
+        "--leader-elect=false".into(),
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
+        "--v=1".into(),
+    ]
+}
+
+fn scheduler_args(kubeconfig: &Path, dir: &Path, port: u16) -> Vec<String> {
+    let kubeconfig = kubeconfig.display();
+    vec![
+        format!("--kubeconfig={kubeconfig}"),
+        format!("--authentication-kubeconfig={kubeconfig}"),
+        format!("--authorization-kubeconfig={kubeconfig}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        format!("--cert-dir={}", dir.join("scheduler").display()),
+        "--leader-elect=false".into(),
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
+        "--v=1".into(),
+    ]
+}
+
+/// Since v0.8.0 kwok has no built-in stages; its module ships them. Nodes are initialised and
+/// kept Ready with a lease, Pods become Ready at once, Job Pods complete, and deleted Pods go.
+fn write_kwok_stages(kwok_module: &Path, dest: &Path) -> Result<()> {
+    let stage_dir = kwok_module.join("kustomize/stage");
+    let mut all = String::new();
+    for file in [
+        "node/fast/node-initialize.yaml",
+        "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+        "pod/fast/pod-ready.yaml",
+        "pod/fast/pod-complete.yaml",
+        "pod/fast/pod-delete.yaml",
+    ] {
+        let path = stage_dir.join(file);
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        all.push_str("---\n");
+        all.push_str(&text);
+        all.push('\n');
+    }
+    std::fs::write(dest, all).map_err(|e| Error::io(dest, e))
+}
+
+fn kubeconfig_yaml(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: sample-operator-local
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+contexts:
+- name: sample-operator-local
+  context:
+    cluster: sample-operator-local
+    user: sample-operator-local
+    namespace: default
+current-context: sample-operator-local
+users:
+- name: sample-operator-local
+  user:
+    client-certificate: {cert}
+    client-key: {key}
+",
+        ca = ca.display(),
+        cert = cert.display(),
+        key = key.display(),
+    )
+}
+
+async fn readyz(client: &kube::Client) -> std::result::Result<(), String> {
+    let request = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
+    match client.request_text(request).await {
+        Ok(body) if body.trim() == "ok" => Ok(()),
+        Ok(body) => Err(body),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Fake nodes: no taints, so workloads without tolerations (an nginx Deployment) schedule.
+fn fake_node(name: &str) -> Node {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": { "kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0" },
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+            },
+        },
+        "spec": {},
+    }))
+    .expect("a valid Node")
+}
+
+async fn register_nodes(client: &kube::Client) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for i in 0..NODES {
+        let name = format!("kwok-node-{i}");
+        match nodes.create(&PostParams::default(), &fake_node(&name)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+async fn nodes_ready(client: &kube::Client) -> std::result::Result<Option<()>, String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = nodes.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+    let ready = list
+        .items
+        .iter()
+        .filter(|n| {
+            n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+        })
+        .count();
+    if ready >= NODES { Ok(Some(())) } else { Err(format!("{ready} of {NODES} nodes Ready")) }
+}

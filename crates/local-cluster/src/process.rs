@@ -1,0 +1,104 @@
+//! The component processes: started detached with their output in a log file, recorded by pid,
+//! and stopped by that pid only if it still runs the binary we started.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::error::{Error, Result};
+
+/// A started component, as recorded in the cluster's state.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Component {
+    pub name: String,
+    pub pid: i32,
+    pub binary: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Component {
+    /// Starts `binary` with `args`, its stdout and stderr appended to `<log_dir>/<name>.log`.
+    pub fn start(name: &str, binary: &Path, args: &[String], log_dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(log_dir).map_err(|e| Error::io(log_dir, e))?;
+        let log = log_dir.join(format!("{name}.log"));
+        let out = File::options().create(true).append(true).open(&log).map_err(|e| Error::io(&log, e))?;
+        let err = out.try_clone().map_err(|e| Error::io(&log, e))?;
+        let child = Command::new(binary)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            // Its own process group: a Ctrl-C meant for `cargo xtask` or a test run does not
+            // reach the cluster, which outlives the command that started it.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| Error::io(binary, e))?;
+        Ok(Self { name: name.to_owned(), pid: child.id() as i32, binary: binary.to_owned(), log })
+    }
+
+    /// Whether the process still runs our binary: a dead process, a zombie, or a pid reused by
+    /// another program all count as not running.
+    pub fn is_running(&self) -> bool {
+        let proc = PathBuf::from(format!("/proc/{}", self.pid));
+        let Ok(stat) = std::fs::read_to_string(proc.join("stat")) else { return false };
+        // The state follows the parenthesised command name, which may itself contain spaces.
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+        if matches!(state, Some("Z") | Some("X") | None) {
+            return false;
+        }
+        match std::fs::read_link(proc.join("exe")) {
+            Ok(exe) => exe == self.binary || exe.to_string_lossy().trim_end_matches(" (deleted)") == self.binary.to_string_lossy(),
+            Err(_) => false,
+        }
+    }
+
+    /// Fails with the tail of the log when the process is gone.
+    pub fn check(&self) -> Result<()> {
+        if self.is_running() {
+            Ok(())
+        } else {
+            Err(Error::ComponentDied { component: self.name.clone(), log: self.log.clone(), tail: self.log_tail(30) })
+        }
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within `grace`.
+    pub fn stop(&self, grace: Duration) {
+        if !self.is_running() {
+            return;
+        }
+        let pid = Pid::from_raw(self.pid);
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = kill(pid, Signal::SIGKILL);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.is_running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The last `lines` lines of the component's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+/// A free TCP port on loopback. The listener is closed before the component binds, so a race
+/// with another program is possible but unlikely on a developer's machine.
+pub fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?;
+    let port = listener.local_addr().map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?.port();
+    Ok(port)
+}

@@ -1,0 +1,197 @@
+//! Support for integration tests against a real apiserver.
+//!
+//! Tests share one cluster: the first test of a process starts the local cluster when none runs
+//! (building the binaries if needed) and every test builds its own client, since each
+//! `#[tokio::test]` has its own runtime. `SAMPLE_OPERATOR_TEST_CLUSTER=existing` makes tests use
+//! the current kubeconfig context instead, for example a kind cluster.
+
+use std::fmt::Debug;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::{Client, Resource};
+use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+
+use crate::cluster::LocalCluster;
+use crate::error::{Error, Result};
+
+/// Field manager of everything tests apply.
+pub const TEST_MANAGER: &str = "sample-operator-tests";
+
+/// Whether tests run against the current kubeconfig context rather than the local cluster.
+pub fn uses_existing_cluster() -> bool {
+    std::env::var("SAMPLE_OPERATOR_TEST_CLUSTER").is_ok_and(|v| v == "existing")
+}
+
+/// Starts the local cluster once per test process; later calls return the first outcome.
+fn ensure_local_cluster() -> std::result::Result<(), String> {
+    static STARTED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    STARTED
+        .get_or_init(|| {
+            // A runtime of its own: the cluster outlives the test that happened to start it.
+            std::thread::spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+                runtime.block_on(LocalCluster::default().up()).map(|_| ()).map_err(|e| e.to_string())
+            })
+            .join()
+            .unwrap_or_else(|_| Err("starting the local cluster panicked".into()))
+        })
+        .clone()
+}
+
+/// A client for the test cluster, starting the local cluster if needed.
+pub async fn client() -> Client {
+    if uses_existing_cluster() {
+        return Client::try_default().await.expect("a client for the current kubeconfig context");
+    }
+    if let Err(e) = tokio::task::spawn_blocking(ensure_local_cluster).await.expect("cluster start task") {
+        panic!("the local cluster did not start: {e}");
+    }
+    LocalCluster::default().client().await.expect("a client for the local cluster")
+}
+
+/// A namespace of one test's own. It is deleted by [`TestNamespace::delete`], which a test
+/// calls at its end, so a failed test leaves its objects behind for inspection.
+pub struct TestNamespace {
+    pub name: String,
+    client: Client,
+}
+
+impl TestNamespace {
+    /// Creates `<prefix>-<unique suffix>`.
+    pub async fn create(client: &Client, prefix: &str) -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let suffix = format!("{:x}", (u64::from(nanos) ^ (u64::from(std::process::id()) << 20)).wrapping_add(n));
+        let name = format!("{}-{}", prefix.chars().take(40).collect::<String>(), suffix);
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "labels": { "sample-operator.dev/test": "true" } }
+        }))
+        .expect("a valid Namespace");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        eprintln!("test namespace: {name}");
+        Self { name, client: client.clone() }
+    }
+
+    /// An `Api` for namespaced resources of this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    pub async fn delete(self) {
+        let _ = Api::<Namespace>::all(self.client).delete(&self.name, &DeleteParams::background()).await;
+    }
+}
+
+/// Polls `api` for `name` until `done` holds, returning the object. On timeout the error
+/// shows the last state seen (or that the object did not exist), which is usually the answer
+/// to why the test failed.
+pub async fn wait_for<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&K) -> bool,
+) -> Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let start = Instant::now();
+    loop {
+        let last_seen = match api.get_opt(name).await {
+            Ok(Some(obj)) if done(&obj) => return Ok(obj),
+            Ok(Some(obj)) => describe(&obj),
+            Ok(None) => format!("{name} does not exist"),
+            Err(e) => format!("error: {e}"),
+        };
+        if start.elapsed() > timeout {
+            return Err(Error::Timeout { what: format!("{name}: {what}"), seconds: timeout.as_secs(), last_seen });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until `name` no longer exists.
+pub async fn wait_for_deletion<K>(api: &Api<K>, name: &str, timeout: Duration) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let start = Instant::now();
+    loop {
+        match api.get_opt(name).await {
+            Ok(None) => return Ok(()),
+            Ok(Some(obj)) if start.elapsed() > timeout => {
+                return Err(Error::Timeout { what: format!("{name} to be deleted"), seconds: timeout.as_secs(), last_seen: describe(&obj) });
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// An object as YAML without its managed fields, for error messages.
+fn describe<K: Serialize>(obj: &K) -> String {
+    let mut value = serde_json::to_value(obj).unwrap_or_default();
+    if let Some(meta) = value.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        meta.remove("managedFields");
+    }
+    format!("\n{}", serde_yaml::to_string(&value).unwrap_or_default())
+}
+
+/// Server-side applies CRDs and waits until each is Established.
+pub async fn install_crds(client: &Client, crds: &[CustomResourceDefinition]) -> Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply(TEST_MANAGER).force();
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &params, &Patch::Apply(crd)).await?;
+    }
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        wait_for(&api, &name, "Established", Duration::from_secs(30), is_established).await?;
+    }
+    Ok(())
+}
+
+pub fn is_established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+}
+
+/// Creates every object of a multi-document YAML manifest in `namespace`, as `kubectl create`
+/// would, and returns them as stored. Errors come back as the apiserver's status, so tests can
+/// check what admission said. A manifest that is not valid YAML is a bug in the test: it panics.
+pub async fn create_manifest(client: &Client, namespace: &str, yaml: &str) -> std::result::Result<Vec<DynamicObject>, kube::Error> {
+    let mut created = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let value = serde_json::Value::deserialize(doc).expect("a valid YAML document");
+        if value.is_null() {
+            continue;
+        }
+        let obj: DynamicObject = serde_json::from_value(value).expect("a Kubernetes object");
+        let types = obj.types.clone().expect("apiVersion and kind");
+        let (group, version) = match types.api_version.split_once('/') {
+            Some((group, version)) => (group, version),
+            None => ("", types.api_version.as_str()),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, &types.kind);
+        let (resource, _caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        created.push(api.create(&PostParams::default(), &obj).await?);
+    }
+    Ok(created)
+}

@@ -1,0 +1,276 @@
+//! Builds the control-plane binaries from the pinned Go wrapper modules under `toolchain/`.
+//!
+//! Each wrapper module pins one upstream release; the version read from its `go.mod` names the
+//! cache folder, so a second build of the same version is a no-op and a version bump builds anew.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::paths;
+
+/// One Go wrapper module and the commands it builds.
+struct Module {
+    /// Folder under `toolchain/`.
+    dir: &'static str,
+    /// The module whose version names the cache folder.
+    pinned: &'static str,
+    /// Packages to build; the binary takes the last path element's name.
+    packages: &'static [&'static str],
+}
+
+const KUBERNETES: Module = Module {
+    dir: "kubernetes",
+    pinned: "k8s.io/kubernetes",
+    packages: &[
+        "k8s.io/kubernetes/cmd/kube-apiserver",
+        "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "k8s.io/kubernetes/cmd/kube-scheduler",
+        "k8s.io/kubernetes/cmd/kubectl",
+    ],
+};
+const ETCD: Module = Module {
+    dir: "etcd",
+    pinned: "go.etcd.io/etcd/server/v3",
+    packages: &["."],
+};
+const KWOK: Module = Module {
+    dir: "kwok",
+    pinned: "sigs.k8s.io/kwok",
+    packages: &["sigs.k8s.io/kwok/cmd/kwok"],
+};
+
+/// Paths of the built binaries.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    pub kube_apiserver: PathBuf,
+    pub kube_controller_manager: PathBuf,
+    pub kube_scheduler: PathBuf,
+    pub kubectl: PathBuf,
+    pub etcd: PathBuf,
+    pub kwok: PathBuf,
+    /// The Kubernetes release the binaries report, such as `v1.36.3`.
+    pub kubernetes_version: String,
+    /// Folder of kwok's module source, which ships the stage definitions.
+    pub kwok_module_dir: PathBuf,
+}
+
+/// Builds whatever is missing from the cache and returns the binaries' paths. Progress of a
+/// build goes to stderr, since the first one takes minutes.
+pub fn ensure() -> Result<Binaries> {
+    let _lock = crate::lock::FileLock::acquire(&paths::cache_dir().join("build.lock"))?;
+    let k8s = build(&KUBERNETES)?;
+    let etcd = build(&ETCD)?;
+    let kwok = build(&KWOK)?;
+    let kwok_version = pinned_version(&KWOK)?;
+    Ok(Binaries {
+        kube_apiserver: k8s.join("kube-apiserver"),
+        kube_controller_manager: k8s.join("kube-controller-manager"),
+        kube_scheduler: k8s.join("kube-scheduler"),
+        kubectl: k8s.join("kubectl"),
+        etcd: etcd.join("etcd"),
+        kwok: kwok.join("kwok"),
+        kubernetes_version: pinned_version(&KUBERNETES)?,
+        kwok_module_dir: go_module_dir(&KWOK, &format!("sigs.k8s.io/kwok@{kwok_version}"))?,
+    })
+}
+
+/// The version the wrapper's `go.mod` requires for the pinned module.
+fn pinned_version(module: &Module) -> Result<String> {
+    let path = paths::toolchain_dir().join(module.dir).join("go.mod");
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    parse_required_version(&text, module.pinned).ok_or_else(|| Error::Toolchain {
+        component: module.dir.into(),
+        message: format!("{} does not require {}", path.display(), module.pinned),
+    })
+}
+
+/// Finds `module vX.Y.Z` in a go.mod, in a `require` line or block.
+pub(crate) fn parse_required_version(go_mod: &str, module: &str) -> Option<String> {
+    go_mod.lines().find_map(|line| {
+        let line = line.trim().trim_start_matches("require").trim();
+        let mut words = line.split_whitespace();
+        (words.next()? == module).then(|| words.next().map(str::to_owned))?
+    })
+}
+
+fn binary_name(package: &str, module: &Module) -> String {
+    if package == "." {
+        module.dir.to_owned()
+    } else {
+        package.rsplit('/').next().unwrap_or(package).to_owned()
+    }
+}
+
+/// Builds one module's binaries into `<cache>/bin/<dir>-<version>/` unless they are there.
+fn build(module: &Module) -> Result<PathBuf> {
+    let version = pinned_version(module)?;
+    let dest = paths::cache_dir().join("bin").join(format!("{}-{version}", module.dir));
+    let names: Vec<String> = module.packages.iter().map(|p| binary_name(p, module)).collect();
+    if names.iter().all(|n| dest.join(n).is_file()) {
+        return Ok(dest);
+    }
+    let staging = dest.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
+
+    let mut ldflags = String::from("-s -w");
+    if module.dir == "kubernetes" {
+        ldflags.push_str(&kubernetes_version_ldflags(&version));
+    }
+    let src = paths::toolchain_dir().join(module.dir);
+    let mut cmd = go_command(&src);
+    cmd.args(["build", "-v", "-trimpath", "-tags", "selinux,notest", "-ldflags", &ldflags, "-o"]);
+    // A trailing slash makes `go build -o` treat the target as a folder even for one package.
+    cmd.arg(format!("{}/", staging.display()));
+    cmd.args(module.packages);
+    eprintln!("building {} {version} from Go modules (the first build takes several minutes)", module.dir);
+    run_with_progress(cmd, module.dir)?;
+    if dest.exists() {
+        std::fs::remove_dir_all(&dest).map_err(|e| Error::io(&dest, e))?;
+    }
+    std::fs::rename(&staging, &dest).map_err(|e| Error::io(&dest, e))?;
+    Ok(dest)
+}
+
+/// The `-X` flags that make the binaries report the release they were built from; without
+/// them they report v0.0.0 and kubectl warns about version skew.
+fn kubernetes_version_ldflags(version: &str) -> String {
+    let trimmed = version.trim_start_matches('v');
+    let mut parts = trimmed.split('.');
+    let major = parts.next().unwrap_or("1");
+    let minor = parts.next().unwrap_or("0");
+    let mut flags = String::new();
+    for pkg in ["k8s.io/component-base/version", "k8s.io/client-go/pkg/version"] {
+        for (var, value) in [
+            ("gitVersion", version),
+            ("gitMajor", major),
+            ("gitMinor", minor),
+            ("gitTreeState", "clean"),
+            ("buildDate", "1970-01-01T00:00:00Z"),
+        ] {
+            flags.push_str(&format!(" -X {pkg}.{var}={value}"));
+        }
+    }
+    flags
+}
+
+fn go_command(dir: &Path) -> Command {
+    let mut cmd = Command::new("go");
+    cmd.current_dir(dir)
+        .env("CGO_ENABLED", "0")
+        // Build with the installed Go; never try to fetch another toolchain.
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=readonly -buildvcs=false");
+    cmd
+}
+
+/// Runs `go build -v`, printing how many packages it compiled every few seconds.
+fn run_with_progress(mut cmd: Command, component: &str) -> Result<()> {
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| Error::Toolchain {
+        component: component.into(),
+        message: format!("cannot run `go` ({e}); install Go 1.26 or newer"),
+    })?;
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let compiled = Arc::new(AtomicUsize::new(0));
+    let tail = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let (compiled, tail) = (compiled.clone(), tail.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
+                compiled.fetch_add(1, Ordering::Relaxed);
+                let mut tail = tail.lock().expect("tail lock");
+                tail.push(line);
+                if tail.len() > 40 {
+                    tail.remove(0);
+                }
+            }
+        })
+    };
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| Error::io(Path::new("go"), e))? {
+            break status;
+        }
+        if last_report.elapsed() >= Duration::from_secs(15) {
+            eprintln!(
+                "  {component}: {} packages compiled, {}s",
+                compiled.load(Ordering::Relaxed),
+                started.elapsed().as_secs()
+            );
+            last_report = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = reader.join();
+    if !status.success() {
+        let tail = tail.lock().expect("tail lock").join("\n");
+        return Err(Error::Toolchain { component: component.into(), message: format!("go build failed:\n{tail}") });
+    }
+    eprintln!("  {component}: built in {}s", started.elapsed().as_secs());
+    Ok(())
+}
+
+/// The folder of a downloaded module, from `go mod download -json`.
+fn go_module_dir(module: &Module, path_at_version: &str) -> Result<PathBuf> {
+    let src = paths::toolchain_dir().join(module.dir);
+    let output = go_command(&src)
+        .args(["mod", "download", "-json", path_at_version])
+        .output()
+        .map_err(|e| Error::io(Path::new("go"), e))?;
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).map_err(|e| Error::Toolchain {
+        component: module.dir.into(),
+        message: format!("unexpected output of go mod download: {e}"),
+    })?;
+    info.get("Dir").and_then(|d| d.as_str()).map(PathBuf::from).ok_or_else(|| Error::Toolchain {
+        component: module.dir.into(),
+        message: format!("go mod download {path_at_version}: {}", String::from_utf8_lossy(&output.stderr)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_versions_from_single_line_and_block_requires() {
+        let go_mod = "module x\n\nrequire k8s.io/kubernetes v1.36.3\n\nrequire (\n\tsigs.k8s.io/kwok v0.8.0\n\tfoo v1 // indirect\n)\n";
+        assert_eq!(parse_required_version(go_mod, "k8s.io/kubernetes").as_deref(), Some("v1.36.3"));
+        assert_eq!(parse_required_version(go_mod, "sigs.k8s.io/kwok").as_deref(), Some("v0.8.0"));
+        assert_eq!(parse_required_version(go_mod, "k8s.io/api"), None);
+    }
+
+    #[test]
+    fn the_committed_wrappers_pin_the_documented_releases() {
+        let k8s = pinned_version(&KUBERNETES).unwrap();
+        assert!(k8s.starts_with("v1.36."), "{k8s}");
+        assert!(pinned_version(&ETCD).unwrap().starts_with("v3.6."));
+        assert_eq!(pinned_version(&KWOK).unwrap(), "v0.8.0");
+    }
+
+    #[test]
+    fn every_staging_module_is_replaced_at_the_matching_release() {
+        let path = paths::toolchain_dir().join("kubernetes/go.mod");
+        let go_mod = std::fs::read_to_string(path).unwrap();
+        let k8s = pinned_version(&KUBERNETES).unwrap();
+        let staging = k8s.replacen("v1.", "v0.", 1);
+        let replaces: Vec<&str> = go_mod.lines().filter(|l| l.contains(" => ")).collect();
+        assert!(replaces.len() >= 31, "only {} replace lines", replaces.len());
+        for line in replaces {
+            assert!(line.trim_end().ends_with(&staging), "{line} is not at {staging}");
+        }
+    }
+
+    #[test]
+    fn version_flags_cover_both_version_packages() {
+        let flags = kubernetes_version_ldflags("v1.36.3");
+        assert!(flags.contains("-X k8s.io/component-base/version.gitVersion=v1.36.3"));
+        assert!(flags.contains("-X k8s.io/client-go/pkg/version.gitMinor=36"));
+    }
+}

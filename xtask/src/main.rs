@@ -1,0 +1,175 @@
+//! Developer commands: `cargo xtask <command>`. See the README for the workflow.
+
+use std::path::Path;
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use local_cluster::{LocalCluster, paths, toolchain};
+
+#[derive(Parser)]
+#[command(about = "Developer commands of sample-operator")]
+struct Args {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Manage the local control plane (etcd, apiserver, controller-manager, scheduler, kwok).
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterCmd,
+    },
+    /// Bring up the local cluster, install the CRDs, apply the seeds' samples and show them.
+    Demo,
+    /// Run every test: formatting, lints, unit tests and integration tests on the local cluster.
+    Test {
+        /// Extra arguments for `cargo test`, such as a test name filter.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        cargo_test_args: Vec<String>,
+    },
+    /// Run the kubectl built here against the local cluster.
+    Kubectl {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCmd {
+    /// Build the binaries if needed and start the cluster; a no-op when it already runs.
+    Up,
+    /// Stop every process `up` started and remove the cluster's folder.
+    Down,
+    /// Show each component's process and whether the apiserver is ready.
+    Status,
+    /// Only build (or find in the cache) the control-plane binaries.
+    Build,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let cluster = LocalCluster::default();
+    match args.command {
+        Cmd::Cluster { action: ClusterCmd::Up } => {
+            let state = runtime.block_on(cluster.up())?;
+            println!("local cluster ready: Kubernetes {} at {}", state.kubernetes_version, state.server);
+            println!("  export KUBECONFIG={}", cluster.kubeconfig().display());
+            println!("  logs: {}", cluster.logs_dir().display());
+        }
+        Cmd::Cluster { action: ClusterCmd::Down } => {
+            cluster.down()?;
+            println!("local cluster stopped");
+        }
+        Cmd::Cluster { action: ClusterCmd::Status } => return runtime.block_on(status(&cluster)),
+        Cmd::Cluster { action: ClusterCmd::Build } => {
+            let bin = toolchain::ensure()?;
+            println!("binaries of Kubernetes {} in {}", bin.kubernetes_version, paths::cache_dir().join("bin").display());
+        }
+        Cmd::Demo => runtime.block_on(demo(&cluster))?,
+        Cmd::Test { cargo_test_args } => return test(&runtime, &cluster, &cargo_test_args),
+        Cmd::Kubectl { args } => return kubectl(&cluster, &args),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn status(cluster: &LocalCluster) -> Result<ExitCode> {
+    let Some(state) = cluster.state() else {
+        println!("no local cluster in {}", cluster.dir().display());
+        return Ok(ExitCode::FAILURE);
+    };
+    println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
+    for c in &state.components {
+        let running = if c.is_running() { "running" } else { "NOT RUNNING" };
+        println!("  {:<24} pid {:<8} {running}  log {}", c.name, c.pid, c.log.display());
+    }
+    let healthy = cluster.is_healthy().await;
+    println!("healthy: {healthy}");
+    Ok(if healthy { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn kubectl_command(cluster: &LocalCluster) -> Result<Command> {
+    let bin = toolchain::ensure()?;
+    let mut cmd = Command::new(bin.kubectl);
+    cmd.env("KUBECONFIG", cluster.kubeconfig());
+    Ok(cmd)
+}
+
+fn kubectl(cluster: &LocalCluster, args: &[String]) -> Result<ExitCode> {
+    let status = kubectl_command(cluster)?.args(args).status()?;
+    Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Runs kubectl, echoing the command as a user would type it.
+fn show(cluster: &LocalCluster, args: &[&str]) -> Result<()> {
+    println!("\n$ kubectl {}", args.join(" "));
+    let status = kubectl_command(cluster)?.args(args).status()?;
+    if !status.success() {
+        bail!("kubectl {} failed", args.join(" "));
+    }
+    Ok(())
+}
+
+async fn demo(cluster: &LocalCluster) -> Result<()> {
+    println!("== starting the local cluster (the first run builds Kubernetes from Go modules)");
+    let state = cluster.up().await?;
+    println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
+    let root = paths::repo_root();
+    show(cluster, &["get", "nodes"])?;
+    println!("\n== installing the CRDs generated from the Rust types");
+    show(cluster, &["apply", "--server-side", "-f", &root.join("deploy/crds").display().to_string()])?;
+    show(cluster, &["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"])?;
+    println!("\n== applying the seeds' sample objects, unchanged");
+    show(cluster, &["apply", "-f", &root.join("samples").display().to_string()])?;
+    show(cluster, &["get", "sample-operator", "-o", "wide"])?;
+    println!("\n== admission refuses invalid objects, naming the field");
+    let invalid = root.join("samples/invalid/foo-replicas-11.yaml");
+    let out = kubectl_command(cluster)?.args(["apply", "-f"]).arg(&invalid).output()?;
+    print!("$ kubectl apply -f {}\n{}", rel(&invalid, &root), String::from_utf8_lossy(&out.stderr));
+    println!("\nThe cluster keeps running; `cargo xtask cluster down` stops it.");
+    println!("  export KUBECONFIG={}", cluster.kubeconfig().display());
+    Ok(())
+}
+
+fn rel(path: &Path, root: &Path) -> String {
+    path.strip_prefix(root).unwrap_or(path).display().to_string()
+}
+
+/// Every check CI runs, in the order that fails fastest.
+fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[String]) -> Result<ExitCode> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = paths::repo_root();
+    let step = |name: &str, args: &[&str]| -> Result<()> {
+        println!("== {name}: cargo {}", args.join(" "));
+        let status = Command::new(&cargo).args(args).current_dir(&root).status().with_context(|| format!("running cargo {}", args[0]))?;
+        if !status.success() {
+            bail!("{name} failed");
+        }
+        Ok(())
+    };
+    if extra.is_empty() {
+        step("formatting", &["fmt", "--all", "--check"])?;
+        step("lints", &["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"])?;
+    }
+    println!("== local cluster");
+    let state = runtime.block_on(cluster.up())?;
+    println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
+    let mut args = vec!["test", "--workspace", "--all-targets", "--locked"];
+    if !extra.is_empty() {
+        args.push("--");
+        args.extend(extra.iter().map(String::as_str));
+    }
+    step("tests", &args)?;
+    Ok(ExitCode::SUCCESS)
+}
