@@ -62,20 +62,35 @@ fn run(args: Args) -> Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new()?;
     let cluster = LocalCluster::default();
     match args.command {
-        Cmd::Cluster { action: ClusterCmd::Up } => {
+        Cmd::Cluster {
+            action: ClusterCmd::Up,
+        } => {
             let state = runtime.block_on(cluster.up())?;
-            println!("local cluster ready: Kubernetes {} at {}", state.kubernetes_version, state.server);
+            println!(
+                "local cluster ready: Kubernetes {} at {}",
+                state.kubernetes_version, state.server
+            );
             println!("  export KUBECONFIG={}", cluster.kubeconfig().display());
             println!("  logs: {}", cluster.logs_dir().display());
         }
-        Cmd::Cluster { action: ClusterCmd::Down } => {
+        Cmd::Cluster {
+            action: ClusterCmd::Down,
+        } => {
             cluster.down()?;
             println!("local cluster stopped");
         }
-        Cmd::Cluster { action: ClusterCmd::Status } => return runtime.block_on(status(&cluster)),
-        Cmd::Cluster { action: ClusterCmd::Build } => {
+        Cmd::Cluster {
+            action: ClusterCmd::Status,
+        } => return runtime.block_on(status(&cluster)),
+        Cmd::Cluster {
+            action: ClusterCmd::Build,
+        } => {
             let bin = toolchain::ensure()?;
-            println!("binaries of Kubernetes {} in {}", bin.kubernetes_version, paths::cache_dir().join("bin").display());
+            println!(
+                "binaries of Kubernetes {} in {}",
+                bin.kubernetes_version,
+                paths::cache_dir().join("bin").display()
+            );
         }
         Cmd::Demo => runtime.block_on(demo(&cluster))?,
         Cmd::Test { cargo_test_args } => return test(&runtime, &cluster, &cargo_test_args),
@@ -92,11 +107,20 @@ async fn status(cluster: &LocalCluster) -> Result<ExitCode> {
     println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
     for c in &state.components {
         let running = if c.is_running() { "running" } else { "NOT RUNNING" };
-        println!("  {:<24} pid {:<8} {running}  log {}", c.name, c.pid, c.log.display());
+        println!(
+            "  {:<24} pid {:<8} {running}  log {}",
+            c.name,
+            c.pid,
+            c.log.display()
+        );
     }
     let healthy = cluster.is_healthy().await;
     println!("healthy: {healthy}");
-    Ok(if healthy { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn kubectl_command(cluster: &LocalCluster) -> Result<Command> {
@@ -108,7 +132,11 @@ fn kubectl_command(cluster: &LocalCluster) -> Result<Command> {
 
 fn kubectl(cluster: &LocalCluster, args: &[String]) -> Result<ExitCode> {
     let status = kubectl_command(cluster)?.args(args).status()?;
-    Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Runs kubectl, echoing the command as a user would type it.
@@ -128,15 +156,42 @@ async fn demo(cluster: &LocalCluster) -> Result<()> {
     let root = paths::repo_root();
     show(cluster, &["get", "nodes"])?;
     println!("\n== installing the CRDs generated from the Rust types");
-    show(cluster, &["apply", "--server-side", "-f", &root.join("deploy/crds").display().to_string()])?;
-    show(cluster, &["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"])?;
+    show(
+        cluster,
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            &root.join("deploy/crds").display().to_string(),
+        ],
+    )?;
+    show(
+        cluster,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ],
+    )?;
     println!("\n== applying the seeds' sample objects, unchanged");
-    show(cluster, &["apply", "-f", &root.join("samples").display().to_string()])?;
+    show(
+        cluster,
+        &["apply", "-f", &root.join("samples").display().to_string()],
+    )?;
     show(cluster, &["get", "sample-operator", "-o", "wide"])?;
     println!("\n== admission refuses invalid objects, naming the field");
     let invalid = root.join("samples/invalid/foo-replicas-11.yaml");
-    let out = kubectl_command(cluster)?.args(["apply", "-f"]).arg(&invalid).output()?;
-    print!("$ kubectl apply -f {}\n{}", rel(&invalid, &root), String::from_utf8_lossy(&out.stderr));
+    let out = kubectl_command(cluster)?
+        .args(["apply", "-f"])
+        .arg(&invalid)
+        .output()?;
+    print!(
+        "$ kubectl apply -f {}\n{}",
+        rel(&invalid, &root),
+        String::from_utf8_lossy(&out.stderr)
+    );
     println!("\nThe cluster keeps running; `cargo xtask cluster down` stops it.");
     println!("  export KUBECONFIG={}", cluster.kubeconfig().display());
     Ok(())
@@ -152,7 +207,11 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
     let root = paths::repo_root();
     let step = |name: &str, args: &[&str]| -> Result<()> {
         println!("== {name}: cargo {}", args.join(" "));
-        let status = Command::new(&cargo).args(args).current_dir(&root).status().with_context(|| format!("running cargo {}", args[0]))?;
+        let status = Command::new(&cargo)
+            .args(args)
+            .current_dir(&root)
+            .status()
+            .with_context(|| format!("running cargo {}", args[0]))?;
         if !status.success() {
             bail!("{name} failed");
         }
@@ -160,7 +219,18 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
     };
     if extra.is_empty() {
         step("formatting", &["fmt", "--all", "--check"])?;
-        step("lints", &["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"])?;
+        step(
+            "lints",
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )?;
     }
     println!("== local cluster");
     let state = runtime.block_on(cluster.up())?;

@@ -25,7 +25,11 @@ use crate::conditions::Condition;
     doc = "A Foo owns an nginx Deployment named spec.deploymentName and keeps its replica count.",
     printcolumn(name = "Deployment", type_ = "string", json_path = ".spec.deploymentName"),
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
-    printcolumn(name = "Available", type_ = "integer", json_path = ".status.availableReplicas"),
+    printcolumn(
+        name = "Available",
+        type_ = "integer",
+        json_path = ".status.availableReplicas"
+    ),
     printcolumn(
         name = "Ready",
         type_ = "string",
@@ -43,7 +47,10 @@ use crate::conditions::Condition;
 pub struct FooSpec {
     /// Name of the Deployment the Foo owns, in the Foo's namespace; a valid Deployment name
     /// (a DNS-1123 subdomain).
-    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub deployment_name: String,
     /// Desired number of nginx replicas, 1 to 10; the Deployment's default (1) when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]

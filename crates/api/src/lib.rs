@@ -5,6 +5,10 @@
 //! own schema (validation, CEL rules, printer columns, short names, status subresource); the CRD
 //! manifests under `deploy/crds/` are generated from these types by [`crds_yaml`].
 
+// Several `printcolumn(...)` entries repeat keys such as `type_`, which clippy mistakes for
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod conditions;
 pub mod foo;
 pub mod my_custom_resource;
@@ -24,17 +28,20 @@ use kube::CustomResourceExt;
 pub const API_APPROVAL_ANNOTATION: &str = "api-approved.kubernetes.io";
 /// The value we give [`API_APPROVAL_ANNOTATION`]; `kube(annotation(...))` takes literals, so the
 /// derives repeat it and a unit test checks they agree.
-pub const API_APPROVAL_VALUE: &str = "unapproved, sample-operator keeps the group of kubernetes/sample-controller for compatibility";
+pub const API_APPROVAL_VALUE: &str =
+    "unapproved, sample-operator keeps the group of kubernetes/sample-controller for compatibility";
 
 /// Every CRD of the operator, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![Network::crd(), Foo::crd(), MyCustomResource::crd()]
 }
 
+const GENERATED_HEADER: &str = "# Generated from the Rust types in crates/api by `sample-operator crd`; do not edit.\n# Regenerate: cargo run -p sample-operator -- crd > deploy/crds/crds.yaml\n";
+
 /// All CRDs as one multi-document YAML stream: what `sample-operator crd` prints and what is
 /// committed under `deploy/crds/`.
 pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
-    let mut out = String::new();
+    let mut out = String::from(GENERATED_HEADER);
     for crd in crds() {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&crd)?);
@@ -57,7 +64,11 @@ mod tests {
                 .as_ref()
                 .and_then(|a| a.get(API_APPROVAL_ANNOTATION));
             if protected {
-                assert_eq!(annotation.map(String::as_str), Some(API_APPROVAL_VALUE), "{group}");
+                assert_eq!(
+                    annotation.map(String::as_str),
+                    Some(API_APPROVAL_VALUE),
+                    "{group}"
+                );
             } else {
                 assert_eq!(annotation, None, "{group} is not protected");
             }
@@ -71,9 +82,15 @@ mod tests {
             let version = &crd.spec.versions[0];
             let subresources = version.subresources.as_ref().expect("subresources");
             assert!(subresources.status.is_some(), "{name} has no status subresource");
-            assert!(crd.spec.names.short_names.as_ref().is_some_and(|s| !s.is_empty()), "{name}");
             assert!(
-                version.additional_printer_columns.as_ref().is_some_and(|c| c.len() >= 3),
+                crd.spec.names.short_names.as_ref().is_some_and(|s| !s.is_empty()),
+                "{name}"
+            );
+            assert!(
+                version
+                    .additional_printer_columns
+                    .as_ref()
+                    .is_some_and(|c| c.len() >= 3),
                 "{name} shows too few columns"
             );
         }

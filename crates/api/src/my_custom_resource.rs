@@ -43,7 +43,11 @@ pub struct MyCustomResourceStatus {
     #[serde(rename = "Healthy", default)]
     pub healthy: bool,
     /// The generation of the spec this status describes.
-    #[serde(rename = "observedGeneration", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "observedGeneration",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub observed_generation: Option<i64>,
     /// Conditions of the resource; `Ready` mirrors `Healthy` with a reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -16,10 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::lock::FileLock;
+use crate::paths;
 use crate::pki::{self, Identity, Pki};
 use crate::process::{Component, free_port};
 use crate::toolchain::{self, Binaries};
-use crate::paths;
 
 /// How many fake nodes `up` registers.
 pub const NODES: usize = 3;
@@ -102,7 +102,10 @@ impl LocalCluster {
     pub async fn up(&self) -> Result<State> {
         let binaries = tokio::task::spawn_blocking(toolchain::ensure)
             .await
-            .map_err(|e| Error::Toolchain { component: "toolchain".into(), message: e.to_string() })??;
+            .map_err(|e| Error::Toolchain {
+                component: "toolchain".into(),
+                message: e.to_string(),
+            })??;
         let _lock = self.lock()?;
         if self.is_healthy().await {
             return self.state().ok_or(Error::NotRunning);
@@ -125,7 +128,10 @@ impl LocalCluster {
     }
 
     async fn start(&self, bin: &Binaries, started: &mut Vec<Component>) -> Result<State> {
-        let pki = pki::generate(&self.dir.join("pki"), &[&pki::ADMIN, &pki::CONTROLLER_MANAGER, &pki::SCHEDULER, &pki::KWOK])?;
+        let pki = pki::generate(
+            &self.dir.join("pki"),
+            &[&pki::ADMIN, &pki::CONTROLLER_MANAGER, &pki::SCHEDULER, &pki::KWOK],
+        )?;
         let logs = self.logs_dir();
         let etcd_port = free_port()?;
         let etcd_peer_port = free_port()?;
@@ -133,27 +139,51 @@ impl LocalCluster {
         let server = format!("https://127.0.0.1:{apiserver_port}");
         let record = |started: &mut Vec<Component>, c: Component| -> Result<()> {
             started.push(c);
-            self.write_state(&State { server: server.clone(), kubernetes_version: bin.kubernetes_version.clone(), components: started.clone() })
+            self.write_state(&State {
+                server: server.clone(),
+                kubernetes_version: bin.kubernetes_version.clone(),
+                components: started.clone(),
+            })
         };
 
-        let etcd = Component::start("etcd", &bin.etcd, &etcd_args(&self.dir.join("etcd"), etcd_port, etcd_peer_port), &logs)?;
+        let etcd = Component::start(
+            "etcd",
+            &bin.etcd,
+            &etcd_args(&self.dir.join("etcd"), etcd_port, etcd_peer_port),
+            &logs,
+        )?;
         record(started, etcd.clone())?;
-        wait_for("etcd to answer /health", Duration::from_secs(30), started, || async {
-            etcd_health(etcd_port)
-        })
+        wait_for(
+            "etcd to answer /health",
+            Duration::from_secs(30),
+            started,
+            || async { etcd_health(etcd_port) },
+        )
         .await?;
 
-        let apiserver = Component::start("kube-apiserver", &bin.kube_apiserver, &apiserver_args(&pki, &self.dir, etcd_port, apiserver_port), &logs)?;
+        let apiserver = Component::start(
+            "kube-apiserver",
+            &bin.kube_apiserver,
+            &apiserver_args(&pki, &self.dir, etcd_port, apiserver_port),
+            &logs,
+        )?;
         record(started, apiserver)?;
         self.write_kubeconfig(&self.kubeconfig(), &server, &pki, &pki::ADMIN)?;
         let client = self.client().await?;
-        wait_for("kube-apiserver to answer /readyz", Duration::from_secs(120), started, || async {
-            readyz(&client).await.map(Some)
-        })
+        wait_for(
+            "kube-apiserver to answer /readyz",
+            Duration::from_secs(120),
+            started,
+            || async { readyz(&client).await.map(Some) },
+        )
         .await?;
 
         for (name, id, binary) in [
-            ("kube-controller-manager", &pki::CONTROLLER_MANAGER, &bin.kube_controller_manager),
+            (
+                "kube-controller-manager",
+                &pki::CONTROLLER_MANAGER,
+                &bin.kube_controller_manager,
+            ),
             ("kube-scheduler", &pki::SCHEDULER, &bin.kube_scheduler),
         ] {
             let kubeconfig = self.dir.join(format!("{}.kubeconfig", id.file_stem));
@@ -180,27 +210,38 @@ impl LocalCluster {
         record(started, Component::start("kwok", &bin.kwok, &kwok_args, &logs)?)?;
 
         register_nodes(&client).await?;
-        wait_for("the fake nodes to be Ready", Duration::from_secs(90), started, || async {
-            nodes_ready(&client).await
-        })
+        wait_for(
+            "the fake nodes to be Ready",
+            Duration::from_secs(90),
+            started,
+            || async { nodes_ready(&client).await },
+        )
         .await?;
         // The controller-manager's service-account controller creates `default` in every
         // namespace; Pods cannot be admitted without it.
-        wait_for("kube-controller-manager to create the default ServiceAccount", Duration::from_secs(90), started, || async {
-            let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-            match sa.get_opt("default").await {
-                Ok(Some(_)) => Ok(Some(())),
-                Ok(None) => Err("no ServiceAccount default/default yet".to_string()),
-                Err(e) => Err(e.to_string()),
-            }
-        })
+        wait_for(
+            "kube-controller-manager to create the default ServiceAccount",
+            Duration::from_secs(90),
+            started,
+            || async {
+                let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+                match sa.get_opt("default").await {
+                    Ok(Some(_)) => Ok(Some(())),
+                    Ok(None) => Err("no ServiceAccount default/default yet".to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
         .await?;
         self.state().ok_or(Error::NotRunning)
     }
 
     fn write_state(&self, state: &State) -> Result<()> {
         let path = self.state_file();
-        let text = serde_json::to_string_pretty(state).map_err(|e| Error::Encode { what: "state".into(), message: e.to_string() })?;
+        let text = serde_json::to_string_pretty(state).map_err(|e| Error::Encode {
+            what: "state".into(),
+            message: e.to_string(),
+        })?;
         std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
     }
 
@@ -231,7 +272,12 @@ impl LocalCluster {
 
 /// Polls `check` every 250 ms until it returns `Ok(Some(value))`, failing early with the log
 /// tail of any component that died, or after `timeout` with the last thing `check` reported.
-pub(crate) async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, components: &[Component], mut check: F) -> Result<T>
+pub(crate) async fn wait_for<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    components: &[Component],
+    mut check: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = std::result::Result<Option<T>, String>>,
@@ -248,7 +294,11 @@ where
             Err(seen) => last_seen = seen,
         }
         if start.elapsed() > timeout {
-            return Err(Error::Timeout { what: what.into(), seconds: timeout.as_secs(), last_seen });
+            return Err(Error::Timeout {
+                what: what.into(),
+                seconds: timeout.as_secs(),
+                last_seen,
+            });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -275,11 +325,19 @@ fn etcd_args(data_dir: &Path, port: u16, peer_port: u16) -> Vec<String> {
 
 fn etcd_health(port: u16) -> std::result::Result<Option<()>, String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).map_err(|e| e.to_string())?;
-    stream.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .map_err(|e| e.to_string())?;
     let mut body = String::new();
     stream.read_to_string(&mut body).map_err(|e| e.to_string())?;
-    if body.contains("\"health\":\"true\"") { Ok(Some(())) } else { Err(body) }
+    if body.contains("\"health\":\"true\"") {
+        Ok(Some(()))
+    } else {
+        Err(body)
+    }
 }
 
 fn apiserver_args(pki: &Pki, dir: &Path, etcd_port: u16, port: u16) -> Vec<String> {
@@ -294,8 +352,14 @@ fn apiserver_args(pki: &Pki, dir: &Path, etcd_port: u16, port: u16) -> Vec<Strin
         format!("--client-ca-file={}", pki.ca_cert().display()),
         "--authorization-mode=Node,RBAC".into(),
         "--anonymous-auth=false".into(),
-        format!("--service-account-key-file={}", pki.service_account_pub().display()),
-        format!("--service-account-signing-key-file={}", pki.service_account_key().display()),
+        format!(
+            "--service-account-key-file={}",
+            pki.service_account_pub().display()
+        ),
+        format!(
+            "--service-account-signing-key-file={}",
+            pki.service_account_key().display()
+        ),
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
         format!("--service-cluster-ip-range={SERVICE_CIDR}"),
         "--allow-privileged=true".into(),
@@ -316,7 +380,10 @@ fn controller_manager_args(pki: &Pki, kubeconfig: &Path, dir: &Path, port: u16) 
         format!("--secure-port={port}"),
         format!("--cert-dir={}", dir.join("controller-manager").display()),
         format!("--root-ca-file={}", pki.ca_cert().display()),
-        format!("--service-account-private-key-file={}", pki.service_account_key().display()),
+        format!(
+            "--service-account-private-key-file={}",
+            pki.service_account_key().display()
+        ),
         "--use-service-account-credentials=true".into(),
         "--leader-elect=false".into(),
         "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
@@ -389,7 +456,9 @@ users:
 }
 
 async fn readyz(client: &kube::Client) -> std::result::Result<(), String> {
-    let request = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
     match client.request_text(request).await {
         Ok(body) if body.trim() == "ok" => Ok(()),
         Ok(body) => Err(body),
@@ -432,15 +501,23 @@ async fn register_nodes(client: &kube::Client) -> Result<()> {
 
 async fn nodes_ready(client: &kube::Client) -> std::result::Result<Option<()>, String> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let list = nodes.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+    let list = nodes
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
     let ready = list
         .items
         .iter()
         .filter(|n| {
-            n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-            })
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
         })
         .count();
-    if ready >= NODES { Ok(Some(())) } else { Err(format!("{ready} of {NODES} nodes Ready")) }
+    if ready >= NODES {
+        Ok(Some(()))
+    } else {
+        Err(format!("{ready} of {NODES} nodes Ready"))
+    }
 }

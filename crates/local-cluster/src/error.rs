@@ -16,10 +16,18 @@ pub enum Error {
     Pki(#[from] rcgen::Error),
 
     #[error("{component} exited; last lines of {log}:\n{tail}")]
-    ComponentDied { component: String, log: PathBuf, tail: String },
+    ComponentDied {
+        component: String,
+        log: PathBuf,
+        tail: String,
+    },
 
     #[error("timed out after {seconds}s waiting for {what}; last seen: {last_seen}")]
-    Timeout { what: String, seconds: u64, last_seen: String },
+    Timeout {
+        what: String,
+        seconds: u64,
+        last_seen: String,
+    },
 
     #[error("no local cluster is running (start one with `cargo xtask cluster up`)")]
     NotRunning,
@@ -36,6 +44,9 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        Error::Io { path: path.to_owned(), source }
+        Error::Io {
+            path: path.to_owned(),
+            source,
+        }
     }
 }

@@ -20,13 +20,28 @@ pub struct Identity {
 }
 
 /// `system:masters` is bound to cluster-admin by the bootstrap RBAC policy.
-pub const ADMIN: Identity = Identity { file_stem: "admin", user: "kubernetes-admin", group: Some("system:masters") };
+pub const ADMIN: Identity = Identity {
+    file_stem: "admin",
+    user: "kubernetes-admin",
+    group: Some("system:masters"),
+};
 /// The bootstrap policy binds these users to the controller-manager's and scheduler's roles.
-pub const CONTROLLER_MANAGER: Identity =
-    Identity { file_stem: "controller-manager", user: "system:kube-controller-manager", group: None };
-pub const SCHEDULER: Identity = Identity { file_stem: "scheduler", user: "system:kube-scheduler", group: None };
+pub const CONTROLLER_MANAGER: Identity = Identity {
+    file_stem: "controller-manager",
+    user: "system:kube-controller-manager",
+    group: None,
+};
+pub const SCHEDULER: Identity = Identity {
+    file_stem: "scheduler",
+    user: "system:kube-scheduler",
+    group: None,
+};
 /// kwok writes node and pod status for every node, which no narrower bootstrap role allows.
-pub const KWOK: Identity = Identity { file_stem: "kwok", user: "kwok", group: Some("system:masters") };
+pub const KWOK: Identity = Identity {
+    file_stem: "kwok",
+    user: "kwok",
+    group: Some("system:masters"),
+};
 
 /// Paths of the generated files.
 pub struct Pki {
@@ -65,9 +80,14 @@ pub fn generate(dir: &Path, clients: &[&Identity]) -> Result<Pki> {
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, "sample-operator local cluster CA");
-    ca_params.key_usages =
-        vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "sample-operator local cluster CA");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     let ca_cert = ca_params.self_signed(&ca_key)?;
     write(&pki.ca_cert(), &ca_cert.pem())?;
     let issuer = Issuer::new(ca_params, ca_key);
@@ -80,10 +100,16 @@ pub fn generate(dir: &Path, clients: &[&Identity]) -> Result<Pki> {
         "kubernetes.default.svc".to_owned(),
         "kubernetes.default.svc.cluster.local".to_owned(),
     ])?;
-    serving.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    serving
+        .subject_alt_names
+        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     // The first address of the service range, which the `kubernetes` Service gets.
-    serving.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
-    serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+    serving
+        .subject_alt_names
+        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
+    serving
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
     serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let cert = serving.signed_by(&serving_key, &issuer)?;
     write(&pki.serving_cert(), &cert.pem())?;

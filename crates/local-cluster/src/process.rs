@@ -26,7 +26,11 @@ impl Component {
     pub fn start(name: &str, binary: &Path, args: &[String], log_dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(log_dir).map_err(|e| Error::io(log_dir, e))?;
         let log = log_dir.join(format!("{name}.log"));
-        let out = File::options().create(true).append(true).open(&log).map_err(|e| Error::io(&log, e))?;
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| Error::io(&log, e))?;
         let err = out.try_clone().map_err(|e| Error::io(&log, e))?;
         let child = Command::new(binary)
             .args(args)
@@ -38,21 +42,33 @@ impl Component {
             .process_group(0)
             .spawn()
             .map_err(|e| Error::io(binary, e))?;
-        Ok(Self { name: name.to_owned(), pid: child.id() as i32, binary: binary.to_owned(), log })
+        Ok(Self {
+            name: name.to_owned(),
+            pid: child.id() as i32,
+            binary: binary.to_owned(),
+            log,
+        })
     }
 
     /// Whether the process still runs our binary: a dead process, a zombie, or a pid reused by
     /// another program all count as not running.
     pub fn is_running(&self) -> bool {
         let proc = PathBuf::from(format!("/proc/{}", self.pid));
-        let Ok(stat) = std::fs::read_to_string(proc.join("stat")) else { return false };
+        let Ok(stat) = std::fs::read_to_string(proc.join("stat")) else {
+            return false;
+        };
         // The state follows the parenthesised command name, which may itself contain spaces.
-        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
         if matches!(state, Some("Z") | Some("X") | None) {
             return false;
         }
         match std::fs::read_link(proc.join("exe")) {
-            Ok(exe) => exe == self.binary || exe.to_string_lossy().trim_end_matches(" (deleted)") == self.binary.to_string_lossy(),
+            Ok(exe) => {
+                exe == self.binary
+                    || exe.to_string_lossy().trim_end_matches(" (deleted)") == self.binary.to_string_lossy()
+            }
             Err(_) => false,
         }
     }
@@ -62,7 +78,11 @@ impl Component {
         if self.is_running() {
             Ok(())
         } else {
-            Err(Error::ComponentDied { component: self.name.clone(), log: self.log.clone(), tail: self.log_tail(30) })
+            Err(Error::ComponentDied {
+                component: self.name.clone(),
+                log: self.log.clone(),
+                tail: self.log_tail(30),
+            })
         }
     }
 
@@ -98,7 +118,11 @@ impl Component {
 /// A free TCP port on loopback. The listener is closed before the component binds, so a race
 /// with another program is possible but unlikely on a developer's machine.
 pub fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?;
-    let port = listener.local_addr().map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?.port();
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?
+        .port();
     Ok(port)
 }

@@ -15,8 +15,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::{Client, Resource};
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::cluster::LocalCluster;
 use crate::error::{Error, Result};
@@ -36,8 +36,14 @@ fn ensure_local_cluster() -> std::result::Result<(), String> {
         .get_or_init(|| {
             // A runtime of its own: the cluster outlives the test that happened to start it.
             std::thread::spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-                runtime.block_on(LocalCluster::default().up()).map(|_| ()).map_err(|e| e.to_string())
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime
+                    .block_on(LocalCluster::default().up())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
             })
             .join()
             .unwrap_or_else(|_| Err("starting the local cluster panicked".into()))
@@ -48,12 +54,20 @@ fn ensure_local_cluster() -> std::result::Result<(), String> {
 /// A client for the test cluster, starting the local cluster if needed.
 pub async fn client() -> Client {
     if uses_existing_cluster() {
-        return Client::try_default().await.expect("a client for the current kubeconfig context");
+        return Client::try_default()
+            .await
+            .expect("a client for the current kubeconfig context");
     }
-    if let Err(e) = tokio::task::spawn_blocking(ensure_local_cluster).await.expect("cluster start task") {
+    if let Err(e) = tokio::task::spawn_blocking(ensure_local_cluster)
+        .await
+        .expect("cluster start task")
+    {
         panic!("the local cluster did not start: {e}");
     }
-    LocalCluster::default().client().await.expect("a client for the local cluster")
+    LocalCluster::default()
+        .client()
+        .await
+        .expect("a client for the local cluster")
 }
 
 /// A namespace of one test's own. It is deleted by [`TestNamespace::delete`], which a test
@@ -67,9 +81,15 @@ impl TestNamespace {
     /// Creates `<prefix>-<unique suffix>`.
     pub async fn create(client: &Client, prefix: &str) -> Self {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let suffix = format!("{:x}", (u64::from(nanos) ^ (u64::from(std::process::id()) << 20)).wrapping_add(n));
+        let suffix = format!(
+            "{:x}",
+            (u64::from(nanos) ^ (u64::from(std::process::id()) << 20)).wrapping_add(n)
+        );
         let name = format!("{}-{}", prefix.chars().take(40).collect::<String>(), suffix);
         let ns: Namespace = serde_json::from_value(serde_json::json!({
             "metadata": { "name": name, "labels": { "sample-operator.dev/test": "true" } }
@@ -80,7 +100,10 @@ impl TestNamespace {
             .await
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
         eprintln!("test namespace: {name}");
-        Self { name, client: client.clone() }
+        Self {
+            name,
+            client: client.clone(),
+        }
     }
 
     /// An `Api` for namespaced resources of this namespace.
@@ -92,7 +115,9 @@ impl TestNamespace {
     }
 
     pub async fn delete(self) {
-        let _ = Api::<Namespace>::all(self.client).delete(&self.name, &DeleteParams::background()).await;
+        let _ = Api::<Namespace>::all(self.client)
+            .delete(&self.name, &DeleteParams::background())
+            .await;
     }
 }
 
@@ -118,7 +143,11 @@ where
             Err(e) => format!("error: {e}"),
         };
         if start.elapsed() > timeout {
-            return Err(Error::Timeout { what: format!("{name}: {what}"), seconds: timeout.as_secs(), last_seen });
+            return Err(Error::Timeout {
+                what: format!("{name}: {what}"),
+                seconds: timeout.as_secs(),
+                last_seen,
+            });
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -134,7 +163,11 @@ where
         match api.get_opt(name).await {
             Ok(None) => return Ok(()),
             Ok(Some(obj)) if start.elapsed() > timeout => {
-                return Err(Error::Timeout { what: format!("{name} to be deleted"), seconds: timeout.as_secs(), last_seen: describe(&obj) });
+                return Err(Error::Timeout {
+                    what: format!("{name} to be deleted"),
+                    seconds: timeout.as_secs(),
+                    last_seen: describe(&obj),
+                });
             }
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }
@@ -160,7 +193,14 @@ pub async fn install_crds(client: &Client, crds: &[CustomResourceDefinition]) ->
     }
     for crd in crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        wait_for(&api, &name, "Established", Duration::from_secs(30), is_established).await?;
+        wait_for(
+            &api,
+            &name,
+            "Established",
+            Duration::from_secs(30),
+            is_established,
+        )
+        .await?;
     }
     Ok(())
 }
@@ -175,7 +215,11 @@ pub fn is_established(crd: &CustomResourceDefinition) -> bool {
 /// Creates every object of a multi-document YAML manifest in `namespace`, as `kubectl create`
 /// would, and returns them as stored. Errors come back as the apiserver's status, so tests can
 /// check what admission said. A manifest that is not valid YAML is a bug in the test: it panics.
-pub async fn create_manifest(client: &Client, namespace: &str, yaml: &str) -> std::result::Result<Vec<DynamicObject>, kube::Error> {
+pub async fn create_manifest(
+    client: &Client,
+    namespace: &str,
+    yaml: &str,
+) -> std::result::Result<Vec<DynamicObject>, kube::Error> {
     let mut created = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(yaml) {
         let value = serde_json::Value::deserialize(doc).expect("a valid YAML document");
@@ -194,4 +238,25 @@ pub async fn create_manifest(client: &Client, namespace: &str, yaml: &str) -> st
         created.push(api.create(&PostParams::default(), &obj).await?);
     }
     Ok(created)
+}
+
+/// Runs the kubectl built here against the test cluster and returns its output; fails the test
+/// when kubectl fails.
+pub async fn kubectl(args: &[&str]) -> String {
+    let binaries = tokio::task::spawn_blocking(crate::toolchain::ensure)
+        .await
+        .expect("toolchain task")
+        .expect("kubectl is built");
+    let mut cmd = tokio::process::Command::new(binaries.kubectl);
+    if !uses_existing_cluster() {
+        cmd.env("KUBECONFIG", LocalCluster::default().kubeconfig());
+    }
+    let output = cmd.args(args).output().await.expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }

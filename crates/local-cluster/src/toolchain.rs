@@ -6,8 +6,8 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -109,7 +109,9 @@ fn binary_name(package: &str, module: &Module) -> String {
 /// Builds one module's binaries into `<cache>/bin/<dir>-<version>/` unless they are there.
 fn build(module: &Module) -> Result<PathBuf> {
     let version = pinned_version(module)?;
-    let dest = paths::cache_dir().join("bin").join(format!("{}-{version}", module.dir));
+    let dest = paths::cache_dir()
+        .join("bin")
+        .join(format!("{}-{version}", module.dir));
     let names: Vec<String> = module.packages.iter().map(|p| binary_name(p, module)).collect();
     if names.iter().all(|n| dest.join(n).is_file()) {
         return Ok(dest);
@@ -124,11 +126,23 @@ fn build(module: &Module) -> Result<PathBuf> {
     }
     let src = paths::toolchain_dir().join(module.dir);
     let mut cmd = go_command(&src);
-    cmd.args(["build", "-v", "-trimpath", "-tags", "selinux,notest", "-ldflags", &ldflags, "-o"]);
+    cmd.args([
+        "build",
+        "-v",
+        "-trimpath",
+        "-tags",
+        "selinux,notest",
+        "-ldflags",
+        &ldflags,
+        "-o",
+    ]);
     // A trailing slash makes `go build -o` treat the target as a folder even for one package.
     cmd.arg(format!("{}/", staging.display()));
     cmd.args(module.packages);
-    eprintln!("building {} {version} from Go modules (the first build takes several minutes)", module.dir);
+    eprintln!(
+        "building {} {version} from Go modules (the first build takes several minutes)",
+        module.dir
+    );
     run_with_progress(cmd, module.dir)?;
     if dest.exists() {
         std::fs::remove_dir_all(&dest).map_err(|e| Error::io(&dest, e))?;
@@ -163,9 +177,12 @@ fn go_command(dir: &Path) -> Command {
     let mut cmd = Command::new("go");
     cmd.current_dir(dir)
         .env("CGO_ENABLED", "0")
-        // Build with the installed Go; never try to fetch another toolchain.
-        .env("GOTOOLCHAIN", "local")
         .env("GOFLAGS", "-mod=readonly -buildvcs=false");
+    // Build with the installed Go unless the caller chose a toolchain (CI may ask the module
+    // proxy for a newer one when the machine's Go is too old).
+    if std::env::var_os("GOTOOLCHAIN").is_none() {
+        cmd.env("GOTOOLCHAIN", "local");
+    }
     cmd
 }
 
@@ -211,7 +228,10 @@ fn run_with_progress(mut cmd: Command, component: &str) -> Result<()> {
     let _ = reader.join();
     if !status.success() {
         let tail = tail.lock().expect("tail lock").join("\n");
-        return Err(Error::Toolchain { component: component.into(), message: format!("go build failed:\n{tail}") });
+        return Err(Error::Toolchain {
+            component: component.into(),
+            message: format!("go build failed:\n{tail}"),
+        });
     }
     eprintln!("  {component}: built in {}s", started.elapsed().as_secs());
     Ok(())
@@ -228,10 +248,16 @@ fn go_module_dir(module: &Module, path_at_version: &str) -> Result<PathBuf> {
         component: module.dir.into(),
         message: format!("unexpected output of go mod download: {e}"),
     })?;
-    info.get("Dir").and_then(|d| d.as_str()).map(PathBuf::from).ok_or_else(|| Error::Toolchain {
-        component: module.dir.into(),
-        message: format!("go mod download {path_at_version}: {}", String::from_utf8_lossy(&output.stderr)),
-    })
+    info.get("Dir")
+        .and_then(|d| d.as_str())
+        .map(PathBuf::from)
+        .ok_or_else(|| Error::Toolchain {
+            component: module.dir.into(),
+            message: format!(
+                "go mod download {path_at_version}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        })
 }
 
 #[cfg(test)]
@@ -241,8 +267,14 @@ mod tests {
     #[test]
     fn reads_versions_from_single_line_and_block_requires() {
         let go_mod = "module x\n\nrequire k8s.io/kubernetes v1.36.3\n\nrequire (\n\tsigs.k8s.io/kwok v0.8.0\n\tfoo v1 // indirect\n)\n";
-        assert_eq!(parse_required_version(go_mod, "k8s.io/kubernetes").as_deref(), Some("v1.36.3"));
-        assert_eq!(parse_required_version(go_mod, "sigs.k8s.io/kwok").as_deref(), Some("v0.8.0"));
+        assert_eq!(
+            parse_required_version(go_mod, "k8s.io/kubernetes").as_deref(),
+            Some("v1.36.3")
+        );
+        assert_eq!(
+            parse_required_version(go_mod, "sigs.k8s.io/kwok").as_deref(),
+            Some("v0.8.0")
+        );
         assert_eq!(parse_required_version(go_mod, "k8s.io/api"), None);
     }
 

@@ -1,1 +1,4 @@
+//! sample-operator: the controllers of the classic Kubernetes controller tutorials, on
+//! kube-rs's controller runtime.
 
+pub mod cli;

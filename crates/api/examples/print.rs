@@ -1,1 +1,0 @@
-fn main() { print!("{}", sample_operator_api::crds_yaml().unwrap()); }

@@ -1,0 +1,7 @@
+//! Integration tests against a real apiserver: the local cluster (started on demand) or, with
+//! `SAMPLE_OPERATOR_TEST_CLUSTER=existing`, the current kubeconfig context.
+//!
+//! One test binary holds every suite, so the workspace links it once.
+
+mod api;
+mod cluster;
