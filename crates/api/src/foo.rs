@@ -41,7 +41,9 @@ use crate::conditions::Condition;
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
         priority = 1
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = kube::core::Rule::new("self.metadata.name.size() <= 63")
+        .message("metadata.name must be at most 63 characters: the Deployment's labels carry it")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FooSpec {
@@ -72,4 +74,68 @@ pub struct FooStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// Longest Foo name: the name is a label value on the Deployment's pods.
+pub const MAX_NAME_LENGTH: usize = 63;
+/// Bounds of `spec.replicas`.
+pub const REPLICAS: std::ops::RangeInclusive<i32> = 1..=10;
+
+impl Foo {
+    /// The checks of the schema, in Rust: a Foo stored before the schema had them (or written
+    /// while validation was off) is reported rather than acted on. The message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let name = self.metadata.name.as_deref().unwrap_or_default();
+        if name.len() > MAX_NAME_LENGTH {
+            return Err(format!(
+                "metadata.name: {name:?} is longer than {MAX_NAME_LENGTH} characters, the limit of a label value"
+            ));
+        }
+        if !crate::names::is_dns1123_subdomain(&self.spec.deployment_name) {
+            return Err(format!(
+                "spec.deploymentName: {:?} is not a valid Deployment name (lower-case letters, digits, '-' and '.', at most 253 characters)",
+                self.spec.deployment_name
+            ));
+        }
+        if let Some(replicas) = self.spec.replicas
+            && !REPLICAS.contains(&replicas)
+        {
+            return Err(format!(
+                "spec.replicas: {replicas} is out of range, it must be from {} to {}",
+                REPLICAS.start(),
+                REPLICAS.end()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn foo(name: &str, deployment_name: &str, replicas: Option<i32>) -> Foo {
+        let mut foo = Foo::new(name, FooSpec { deployment_name: deployment_name.into(), replicas });
+        foo.metadata.namespace = Some("default".into());
+        foo
+    }
+
+    #[test]
+    fn accepts_what_the_schema_accepts() {
+        assert_eq!(foo("example-foo", "example-foo", Some(1)).validate(), Ok(()));
+        assert_eq!(foo("a", "web.v2", None).validate(), Ok(()));
+        assert_eq!(foo("a", "b", Some(10)).validate(), Ok(()));
+    }
+
+    #[test]
+    fn names_the_field_that_is_wrong() {
+        let err = foo("a", "Not_A_Name", Some(1)).validate().unwrap_err();
+        assert!(err.starts_with("spec.deploymentName:"), "{err}");
+        for replicas in [0, 11, -1] {
+            let err = foo("a", "b", Some(replicas)).validate().unwrap_err();
+            assert!(err.starts_with("spec.replicas:"), "{err}");
+        }
+        let err = foo(&"x".repeat(64), "b", Some(1)).validate().unwrap_err();
+        assert!(err.starts_with("metadata.name:"), "{err}");
+    }
 }

@@ -12,6 +12,7 @@
 pub mod conditions;
 pub mod foo;
 pub mod my_custom_resource;
+pub mod names;
 pub mod network;
 
 pub use foo::{Foo, FooSpec, FooStatus};

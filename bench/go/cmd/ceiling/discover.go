@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+)
+
+// discoverFoos sends every Foo to out once: those that exist now from a paged LIST, then those
+// created later from a WATCH that starts at the LIST's resourceVersion, until ctx ends.
+func discoverFoos(ctx context.Context, foos dynamic.NamespaceableResourceInterface, namespace string, out chan<- fooRef) error {
+	seen := map[string]bool{}
+	send := func(obj *unstructured.Unstructured) {
+		foo, err := toFooRef(obj)
+		if err != nil {
+			log.Printf("skipping %s/%s: %v", obj.GetNamespace(), obj.GetName(), err)
+			return
+		}
+		if !seen[foo.uid] {
+			seen[foo.uid] = true
+			out <- foo
+		}
+	}
+	resourceVersion, err := listFoos(ctx, foos.Namespace(namespace), send)
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		resourceVersion, err = watchFoos(ctx, foos.Namespace(namespace), resourceVersion, send)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listFoos pages through the Foos (500 a page, as informers do) and returns the resourceVersion
+// to watch from.
+func listFoos(ctx context.Context, foos dynamic.ResourceInterface, send func(*unstructured.Unstructured)) (string, error) {
+	options := metav1.ListOptions{Limit: 500}
+	for {
+		page, err := foos.List(ctx, options)
+		if err != nil {
+			return "", err
+		}
+		for i := range page.Items {
+			send(&page.Items[i])
+		}
+		if page.GetContinue() == "" {
+			return page.GetResourceVersion(), nil
+		}
+		options.Continue = page.GetContinue()
+	}
+}
+
+// watchFoos sends the Foos added while one watch lasts and returns the resourceVersion to resume
+// from when the server closes it.
+func watchFoos(ctx context.Context, foos dynamic.ResourceInterface, resourceVersion string, send func(*unstructured.Unstructured)) (string, error) {
+	w, err := foos.Watch(ctx, metav1.ListOptions{ResourceVersion: resourceVersion, AllowWatchBookmarks: true})
+	if err != nil {
+		return resourceVersion, err
+	}
+	defer w.Stop()
+	for event := range w.ResultChan() {
+		obj, ok := event.Object.(*unstructured.Unstructured)
+		if !ok {
+			return resourceVersion, fmt.Errorf("watch error: %v", event.Object)
+		}
+		resourceVersion = obj.GetResourceVersion()
+		if event.Type == watch.Added {
+			send(obj)
+		}
+	}
+	return resourceVersion, nil
+}
+
+func toFooRef(obj *unstructured.Unstructured) (fooRef, error) {
+	deploymentName, _, err := unstructured.NestedString(obj.Object, "spec", "deploymentName")
+	if err != nil || deploymentName == "" {
+		return fooRef{}, fmt.Errorf("no spec.deploymentName")
+	}
+	replicas, found, err := unstructured.NestedInt64(obj.Object, "spec", "replicas")
+	if err != nil {
+		return fooRef{}, fmt.Errorf("spec.replicas: %w", err)
+	}
+	if !found {
+		replicas = 1
+	}
+	return fooRef{
+		namespace:      obj.GetNamespace(),
+		name:           obj.GetName(),
+		uid:            string(obj.GetUID()),
+		deploymentName: deploymentName,
+		replicas:       int32(replicas),
+	}, nil
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+)
+
+var fooResource = schema.GroupVersionResource{
+	Group: "samplecontroller.k8s.io", Version: "v1alpha1", Resource: "foos",
+}
+
+// fooRef is what the writes need to know of a Foo: where it is, its Deployment's name and
+// replicas, and its uid for the owner reference.
+type fooRef struct {
+	namespace, name, uid, deploymentName string
+	replicas                             int32
+}
+
+type writer struct {
+	deployments kubernetes.Interface
+	foos        dynamic.NamespaceableResourceInterface
+}
+
+func newWriter(config *rest.Config) (*writer, error) {
+	typed, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	untyped, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	return &writer{deployments: typed, foos: untyped.Resource(fooResource)}, nil
+}
+
+// converge issues a controller's two writes for one Foo. A Deployment that already exists (a
+// retry after a timeout) counts as created.
+func (w *writer) converge(ctx context.Context, foo fooRef) error {
+	created, err := w.deployments.AppsV1().Deployments(foo.namespace).
+		Create(ctx, newDeployment(foo), metav1.CreateOptions{})
+	available := int32(0)
+	switch {
+	case err == nil:
+		available = created.Status.AvailableReplicas
+	case !apierrors.IsAlreadyExists(err):
+		return fmt.Errorf("creating Deployment: %w", err)
+	}
+	status := fmt.Appendf(nil, `{"status":{"availableReplicas":%d}}`, available)
+	_, err = w.foos.Namespace(foo.namespace).
+		Patch(ctx, foo.name, types.MergePatchType, status, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("patching status: %w", err)
+	}
+	return nil
+}
+
+// newDeployment is the same Deployment the controllers build: nginx, the Foo's labels, and the
+// Foo as its controller.
+func newDeployment(foo fooRef) *appsv1.Deployment {
+	labels := map[string]string{"app": "nginx", "controller": foo.name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      foo.deploymentName,
+			Namespace: foo.namespace,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion:         "samplecontroller.k8s.io/v1alpha1",
+				Kind:               "Foo",
+				Name:               foo.name,
+				UID:                types.UID(foo.uid),
+				Controller:         ptr.To(true),
+				BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(foo.replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{Name: "nginx", Image: "nginx:latest"}},
+				},
+			},
+		},
+	}
+}

@@ -1,0 +1,53 @@
+//! Building status conditions that follow the Kubernetes conventions.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+pub use sample_operator_api::conditions::READY;
+
+/// The `Ready` condition for a new status, given the conditions of the current one:
+/// `lastTransitionTime` moves only when `status` changes, so rewriting the same state does not
+/// look like a transition.
+pub fn ready(
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> Condition {
+    let status = if status { "True" } else { "False" };
+    let last_transition_time = sample_operator_api::conditions::find(previous, READY)
+        .filter(|c| c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| Time(Timestamp::now()));
+    Condition {
+        type_: READY.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// The reason of the `Ready` condition, if there is one.
+pub fn ready_reason(conditions: &[Condition]) -> Option<&str> {
+    sample_operator_api::conditions::find(conditions, READY).map(|c| c.reason.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_transition_time_while_the_status_holds() {
+        let first = ready(false, "Progressing", "0/1".into(), Some(1), &[]);
+        let second = ready(false, "Progressing", "still 0/1".into(), Some(2), std::slice::from_ref(&first));
+        assert_eq!(second.last_transition_time, first.last_transition_time);
+        assert_eq!(second.observed_generation, Some(2));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let third = ready(true, "Available", "1/1".into(), Some(2), std::slice::from_ref(&second));
+        assert_ne!(third.last_transition_time, second.last_transition_time);
+        assert_eq!(third.status, "True");
+    }
+}

@@ -1,0 +1,160 @@
+//! The status a Foo should show. Pure: computed from the Foo and what was observed.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::ResourceExt;
+use sample_operator_api::{Foo, FooStatus};
+
+use super::deployment::desired_replicas;
+use crate::conditions;
+
+/// Reasons of the `Ready` condition.
+pub mod reason {
+    /// Every desired replica is available.
+    pub const AVAILABLE: &str = "Available";
+    /// The Deployment is in place and still rolling out or scaling.
+    pub const PROGRESSING: &str = "Progressing";
+    /// A Deployment of that name exists and this Foo does not control it.
+    pub const RESOURCE_EXISTS: &str = "ResourceExists";
+    /// The spec breaks a rule of the schema (stored before the rule existed).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+}
+
+/// What reconcile found, which decides the status.
+pub enum Observed<'a> {
+    /// The Foo's own Deployment.
+    Deployment(&'a Deployment),
+    /// The Deployment of that name belongs to someone else.
+    Conflict,
+    /// The spec is invalid; the message names the field.
+    Invalid(&'a str),
+}
+
+pub fn desired(foo: &Foo, observed: Observed<'_>) -> FooStatus {
+    let previous = foo.status.clone().unwrap_or_default();
+    let generation = foo.metadata.generation;
+    let name = &foo.spec.deployment_name;
+    let (available, ready, reason, message) = match observed {
+        Observed::Deployment(deployment) => {
+            let available = deployment.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0);
+            let want = desired_replicas(foo);
+            let message = format!("Deployment {name:?} has {available} of {want} replicas available");
+            if available >= want && rolled_out(deployment) {
+                (available, true, reason::AVAILABLE, message)
+            } else {
+                (available, false, reason::PROGRESSING, message)
+            }
+        }
+        Observed::Conflict => (
+            previous.available_replicas,
+            false,
+            reason::RESOURCE_EXISTS,
+            resource_exists_message(name),
+        ),
+        Observed::Invalid(message) => (previous.available_replicas, false, reason::INVALID_SPEC, message.to_owned()),
+    };
+    // While the Deployment is someone else's, its replicas are not ours to report.
+    let available = if matches!(reason, reason::RESOURCE_EXISTS) { 0 } else { available };
+    FooStatus {
+        available_replicas: available,
+        observed_generation: generation,
+        conditions: vec![conditions::ready(ready, reason, message, generation, &previous.conditions)],
+    }
+}
+
+/// The seed's message, word for word, for events and the condition alike.
+pub fn resource_exists_message(name: &str) -> String {
+    format!("Resource {name:?} already exists and is not managed by Foo")
+}
+
+/// Whether the Deployment controller has seen the latest spec of the Deployment.
+fn rolled_out(deployment: &Deployment) -> bool {
+    let observed = deployment.status.as_ref().and_then(|s| s.observed_generation);
+    observed.is_some() && observed >= deployment.metadata.generation
+}
+
+/// Whether writing `new` would change anything; conditions compare without their timestamps.
+pub fn differs(foo: &Foo, new: &FooStatus) -> bool {
+    let Some(current) = foo.status.as_ref() else { return true };
+    let strip = |s: &FooStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        }
+        s
+    };
+    strip(current) != strip(new)
+}
+
+/// The reason of the current `Ready` condition.
+pub fn current_reason(foo: &Foo) -> Option<String> {
+    foo.status.as_ref().and_then(|s| conditions::ready_reason(&s.conditions)).map(str::to_owned)
+}
+
+/// Name of the Foo, for messages.
+pub fn describe(foo: &Foo) -> String {
+    format!("{}/{}", foo.namespace().unwrap_or_default(), foo.name_any())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::DeploymentStatus;
+    use sample_operator_api::FooSpec;
+
+    fn foo(replicas: i32) -> Foo {
+        let mut foo = Foo::new("f", FooSpec { deployment_name: "web".into(), replicas: Some(replicas) });
+        foo.metadata.generation = Some(4);
+        foo
+    }
+
+    fn deployment(available: i32, generation: i64, observed: i64) -> Deployment {
+        let mut d = Deployment::default();
+        d.metadata.generation = Some(generation);
+        d.status = Some(DeploymentStatus {
+            available_replicas: Some(available),
+            observed_generation: Some(observed),
+            ..Default::default()
+        });
+        d
+    }
+
+    fn ready(status: &FooStatus) -> (&str, &str) {
+        let c = &status.conditions[0];
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn available_once_every_replica_is() {
+        let s = desired(&foo(3), Observed::Deployment(&deployment(3, 2, 2)));
+        assert_eq!((s.available_replicas, s.observed_generation), (3, Some(4)));
+        assert_eq!(ready(&s), ("True", reason::AVAILABLE));
+    }
+
+    #[test]
+    fn progressing_while_replicas_are_missing_or_the_rollout_is_unseen() {
+        let s = desired(&foo(3), Observed::Deployment(&deployment(1, 2, 2)));
+        assert_eq!((s.available_replicas, ready(&s)), (1, ("False", reason::PROGRESSING)));
+        let s = desired(&foo(3), Observed::Deployment(&deployment(3, 3, 2)));
+        assert_eq!(ready(&s), ("False", reason::PROGRESSING));
+    }
+
+    #[test]
+    fn a_conflict_says_why_in_the_seeds_words() {
+        let s = desired(&foo(1), Observed::Conflict);
+        assert_eq!(ready(&s), ("False", reason::RESOURCE_EXISTS));
+        assert_eq!(s.conditions[0].message, r#"Resource "web" already exists and is not managed by Foo"#);
+        assert_eq!(s.available_replicas, 0);
+    }
+
+    #[test]
+    fn an_unchanged_status_is_not_rewritten() {
+        let mut f = foo(1);
+        let first = desired(&f, Observed::Deployment(&deployment(1, 1, 1)));
+        assert!(differs(&f, &first));
+        f.status = Some(first);
+        let again = desired(&f, Observed::Deployment(&deployment(1, 1, 1)));
+        assert!(!differs(&f, &again));
+        let scaled = desired(&f, Observed::Deployment(&deployment(0, 2, 2)));
+        assert!(differs(&f, &scaled));
+    }
+}
