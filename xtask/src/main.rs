@@ -161,6 +161,7 @@ async fn demo(cluster: &LocalCluster) -> Result<()> {
         &[
             "apply",
             "--server-side",
+            "--force-conflicts",
             "-f",
             &root.join("deploy/crds").display().to_string(),
         ],

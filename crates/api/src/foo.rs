@@ -115,7 +115,13 @@ mod tests {
     use super::*;
 
     fn foo(name: &str, deployment_name: &str, replicas: Option<i32>) -> Foo {
-        let mut foo = Foo::new(name, FooSpec { deployment_name: deployment_name.into(), replicas });
+        let mut foo = Foo::new(
+            name,
+            FooSpec {
+                deployment_name: deployment_name.into(),
+                replicas,
+            },
+        );
         foo.metadata.namespace = Some("default".into());
         foo
     }

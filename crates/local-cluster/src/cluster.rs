@@ -3,7 +3,8 @@
 //! `up` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok as local
 //! processes on free loopback ports, writes an admin kubeconfig to `<run dir>/kubeconfig`,
 //! registers a few fake nodes that kwok keeps Ready and returns once the apiserver is ready and
-//! the nodes are Ready. `down` stops exactly the processes `up` recorded.
+//! the nodes are Ready; `up_with` can start etcd and kube-apiserver alone. `down` stops exactly
+//! the processes `up` recorded.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -32,6 +33,26 @@ pub struct State {
     pub server: String,
     pub kubernetes_version: String,
     pub components: Vec<Component>,
+}
+
+/// What [`LocalCluster::up_with`] starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UpOptions {
+    /// Only etcd and kube-apiserver: no controller-manager, scheduler, kwok or nodes, so nothing
+    /// else uses the CPU while a benchmark measures a controller against the apiserver. Pods are
+    /// never scheduled, and neither garbage collection nor namespace deletion happens.
+    pub apiserver_only: bool,
+}
+
+impl UpOptions {
+    /// Whether a cluster that `up` recorded was started with these options.
+    fn started(&self, state: &State) -> bool {
+        let has_controller_manager = state
+            .components
+            .iter()
+            .any(|c| c.name == "kube-controller-manager");
+        has_controller_manager != self.apiserver_only
+    }
 }
 
 /// A handle to the local cluster's folder.
@@ -78,11 +99,15 @@ impl LocalCluster {
         serde_json::from_str(&text).ok()
     }
 
+    /// The client configuration of the admin kubeconfig.
+    pub async fn config(&self) -> Result<kube::Config> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig())?;
+        Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?)
+    }
+
     /// A client with the admin kubeconfig.
     pub async fn client(&self) -> Result<kube::Client> {
-        let kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig())?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-        Ok(kube::Client::try_from(config)?)
+        Ok(kube::Client::try_from(self.config().await?)?)
     }
 
     /// Whether every recorded process runs and the apiserver answers `/readyz`.
@@ -100,6 +125,12 @@ impl LocalCluster {
     /// Starts the cluster, or returns at once when a healthy one already runs here. Builds the
     /// binaries first when they are not cached.
     pub async fn up(&self) -> Result<State> {
+        self.up_with(UpOptions::default()).await
+    }
+
+    /// [`up`](Self::up) with options. A healthy cluster that was started with other options is
+    /// stopped and started anew.
+    pub async fn up_with(&self, options: UpOptions) -> Result<State> {
         let binaries = tokio::task::spawn_blocking(toolchain::ensure)
             .await
             .map_err(|e| Error::Toolchain {
@@ -107,8 +138,10 @@ impl LocalCluster {
                 message: e.to_string(),
             })??;
         let _lock = self.lock()?;
-        if self.is_healthy().await {
-            return self.state().ok_or(Error::NotRunning);
+        if self.is_healthy().await
+            && let Some(state) = self.state().filter(|state| options.started(state))
+        {
+            return Ok(state);
         }
         // Whatever is left of an earlier cluster (a crash, a reboot) is stopped and wiped.
         self.stop_recorded();
@@ -118,7 +151,7 @@ impl LocalCluster {
         std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
 
         let mut started = Vec::new();
-        let result = self.start(&binaries, &mut started).await;
+        let result = self.start(&binaries, options, &mut started).await;
         if result.is_err() {
             for component in started.iter().rev() {
                 component.stop(Duration::from_secs(5));
@@ -127,7 +160,7 @@ impl LocalCluster {
         result
     }
 
-    async fn start(&self, bin: &Binaries, started: &mut Vec<Component>) -> Result<State> {
+    async fn start(&self, bin: &Binaries, options: UpOptions, started: &mut Vec<Component>) -> Result<State> {
         let pki = pki::generate(
             &self.dir.join("pki"),
             &[&pki::ADMIN, &pki::CONTROLLER_MANAGER, &pki::SCHEDULER, &pki::KWOK],
@@ -177,6 +210,9 @@ impl LocalCluster {
             || async { readyz(&client).await.map(Some) },
         )
         .await?;
+        if options.apiserver_only {
+            return self.state().ok_or(Error::NotRunning);
+        }
 
         for (name, id, binary) in [
             (
@@ -519,5 +555,43 @@ async fn nodes_ready(client: &kube::Client) -> std::result::Result<Option<()>, S
         Ok(Some(()))
     } else {
         Err(format!("{ready} of {NODES} nodes Ready"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state_of(names: &[&str]) -> State {
+        State {
+            server: "https://127.0.0.1:6443".into(),
+            kubernetes_version: "v1.36.3".into(),
+            components: names
+                .iter()
+                .map(|name| Component {
+                    name: (*name).into(),
+                    pid: 1,
+                    binary: PathBuf::from(name),
+                    log: PathBuf::from(format!("{name}.log")),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_running_cluster_is_reused_only_when_started_with_the_same_options() {
+        let full = state_of(&[
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kwok",
+        ]);
+        let apiserver_only = state_of(&["etcd", "kube-apiserver"]);
+        let only = UpOptions { apiserver_only: true };
+        assert!(UpOptions::default().started(&full));
+        assert!(!UpOptions::default().started(&apiserver_only));
+        assert!(only.started(&apiserver_only));
+        assert!(!only.started(&full));
     }
 }

@@ -18,6 +18,6 @@ mod process;
 pub mod testing;
 pub mod toolchain;
 
-pub use cluster::{LocalCluster, NODES, State};
+pub use cluster::{LocalCluster, NODES, State, UpOptions};
 pub use error::{Error, Result};
 pub use process::Component;

@@ -53,10 +53,16 @@ fn ensure_local_cluster() -> std::result::Result<(), String> {
 
 /// A client for the test cluster, starting the local cluster if needed.
 pub async fn client() -> Client {
+    Client::try_from(config().await).expect("a client for the test cluster")
+}
+
+/// The client configuration of the test cluster, starting the local cluster if needed; for
+/// tests that build their own client (to run an operator in-process, say).
+pub async fn config() -> kube::Config {
     if uses_existing_cluster() {
-        return Client::try_default()
+        return kube::Config::infer()
             .await
-            .expect("a client for the current kubeconfig context");
+            .expect("a configuration for the current kubeconfig context");
     }
     if let Err(e) = tokio::task::spawn_blocking(ensure_local_cluster)
         .await
@@ -65,9 +71,9 @@ pub async fn client() -> Client {
         panic!("the local cluster did not start: {e}");
     }
     LocalCluster::default()
-        .client()
+        .config()
         .await
-        .expect("a client for the local cluster")
+        .expect("a configuration for the local cluster")
 }
 
 /// A namespace of one test's own. It is deleted by [`TestNamespace::delete`], which a test

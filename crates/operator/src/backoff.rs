@@ -18,7 +18,11 @@ pub struct Backoff<Key> {
 
 impl<Key: Eq + Hash> Backoff<Key> {
     pub fn new(base: Duration, max: Duration) -> Self {
-        Self { base, max, failures: Mutex::default() }
+        Self {
+            base,
+            max,
+            failures: Mutex::default(),
+        }
     }
 
     /// Records a failure of `key` and returns how long to wait before the next attempt.

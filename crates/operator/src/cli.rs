@@ -14,7 +14,11 @@ use crate::requests::RequestCounter;
 use crate::{ControllerName, RunConfig};
 
 #[derive(Parser, Debug)]
-#[command(name = "sample-operator", version, about = "Kubernetes controllers for Network, Foo and MyCustomResource")]
+#[command(
+    name = "sample-operator",
+    version,
+    about = "Kubernetes controllers for Network, Foo and MyCustomResource"
+)]
 pub struct Args {
     #[command(subcommand)]
     pub command: Command,
@@ -100,10 +104,15 @@ fn fail(message: String) -> ExitCode {
 
 fn init_logging(args: &RunArgs) {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level).unwrap_or_else(|e| {
-        eprintln!("sample-operator: ignoring invalid --log-level {:?}: {e}", args.log_level);
+        eprintln!(
+            "sample-operator: ignoring invalid --log-level {:?}: {e}",
+            args.log_level
+        );
         tracing_subscriber::EnvFilter::new("info")
     });
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match args.log_format {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -112,10 +121,14 @@ fn init_logging(args: &RunArgs) {
 
 /// The client configuration from the flags, or a message saying what to do.
 pub async fn kube_config(args: &ClusterArgs) -> Result<kube::Config, String> {
-    let options = KubeConfigOptions { context: args.context.clone(), ..Default::default() };
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
     let mut config = match &args.kubeconfig {
         Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                 .await
                 .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
@@ -128,7 +141,9 @@ pub async fn kube_config(args: &ClusterArgs) -> Result<kube::Config, String> {
         })?,
     };
     if let Some(master) = &args.master {
-        config.cluster_url = master.parse().map_err(|e| format!("--master {master:?} is not a URL: {e}"))?;
+        config.cluster_url = master
+            .parse()
+            .map_err(|e| format!("--master {master:?} is not a URL: {e}"))?;
     }
     Ok(config)
 }
@@ -137,7 +152,9 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     let config = kube_config(&args.cluster).await?;
     let server = config.cluster_url.to_string();
     let counter = RequestCounter::default();
-    let client = counter.client(config).map_err(|e| format!("cannot build a client for {server}: {e}"))?;
+    let client = counter
+        .client(config)
+        .map_err(|e| format!("cannot build a client for {server}: {e}"))?;
     let run = RunConfig {
         namespace: args.namespace.clone(),
         controllers: args.controllers.clone(),
@@ -187,7 +204,9 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    api.list_metadata(&ListParams::default().limit(1)).await.map(|_| ())
+    api.list_metadata(&ListParams::default().limit(1))
+        .await
+        .map(|_| ())
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -42,11 +42,23 @@ mod tests {
     #[test]
     fn keeps_the_transition_time_while_the_status_holds() {
         let first = ready(false, "Progressing", "0/1".into(), Some(1), &[]);
-        let second = ready(false, "Progressing", "still 0/1".into(), Some(2), std::slice::from_ref(&first));
+        let second = ready(
+            false,
+            "Progressing",
+            "still 0/1".into(),
+            Some(2),
+            std::slice::from_ref(&first),
+        );
         assert_eq!(second.last_transition_time, first.last_transition_time);
         assert_eq!(second.observed_generation, Some(2));
         std::thread::sleep(std::time::Duration::from_millis(2));
-        let third = ready(true, "Available", "1/1".into(), Some(2), std::slice::from_ref(&second));
+        let third = ready(
+            true,
+            "Available",
+            "1/1".into(),
+            Some(2),
+            std::slice::from_ref(&second),
+        );
         assert_ne!(third.last_transition_time, second.last_transition_time);
         assert_eq!(third.status, "True");
     }

@@ -22,7 +22,10 @@ struct Maps<K: Resource, Key> {
 
 impl<K: Resource, Key> Default for Maps<K, Key> {
     fn default() -> Self {
-        Self { by_key: HashMap::new(), keys_of: HashMap::new() }
+        Self {
+            by_key: HashMap::new(),
+            keys_of: HashMap::new(),
+        }
     }
 }
 
@@ -35,7 +38,10 @@ where
         let obj_ref = ObjectRef::from_obj(obj);
         self.remove(&obj_ref);
         for key in &keys {
-            self.by_key.entry(key.clone()).or_default().insert(obj_ref.clone());
+            self.by_key
+                .entry(key.clone())
+                .or_default()
+                .insert(obj_ref.clone());
         }
         if !keys.is_empty() {
             self.keys_of.insert(obj_ref, keys);
@@ -64,7 +70,11 @@ pub struct Index<K: Resource, Key> {
 
 impl<K: Resource, Key> Clone for Index<K, Key> {
     fn clone(&self) -> Self {
-        Self { key_fn: self.key_fn.clone(), live: self.live.clone(), building: self.building.clone() }
+        Self {
+            key_fn: self.key_fn.clone(),
+            live: self.live.clone(),
+            building: self.building.clone(),
+        }
     }
 }
 
@@ -75,14 +85,26 @@ where
 {
     /// An index of objects by the keys `key_fn` gives them.
     pub fn new(key_fn: impl Fn(&K) -> Vec<Key> + Send + Sync + 'static) -> Self {
-        Self { key_fn: Arc::new(key_fn), live: Arc::default(), building: Arc::default() }
+        Self {
+            key_fn: Arc::new(key_fn),
+            live: Arc::default(),
+            building: Arc::default(),
+        }
     }
 
     /// Follows one watcher event; call it for every event of the stream, in order.
     pub fn apply(&self, event: &Event<K>) {
         match event {
-            Event::Apply(obj) => self.live.write().expect("index lock").insert(obj, (self.key_fn)(obj)),
-            Event::Delete(obj) => self.live.write().expect("index lock").remove(&ObjectRef::from_obj(obj)),
+            Event::Apply(obj) => self
+                .live
+                .write()
+                .expect("index lock")
+                .insert(obj, (self.key_fn)(obj)),
+            Event::Delete(obj) => self
+                .live
+                .write()
+                .expect("index lock")
+                .remove(&ObjectRef::from_obj(obj)),
             Event::Init => *self.building.write().expect("index lock") = Some(Maps::default()),
             Event::InitApply(obj) => {
                 if let Some(maps) = self.building.write().expect("index lock").as_mut() {
@@ -99,7 +121,13 @@ where
 
     /// The objects that have `key`.
     pub fn get(&self, key: &Key) -> Vec<ObjectRef<K>> {
-        self.live.read().expect("index lock").by_key.get(key).map(|s| s.iter().cloned().collect()).unwrap_or_default()
+        self.live
+            .read()
+            .expect("index lock")
+            .by_key
+            .get(key)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// How many objects are indexed.
@@ -126,7 +154,14 @@ mod tests {
     }
 
     fn index() -> Index<ConfigMap, String> {
-        Index::new(|cm: &ConfigMap| cm.metadata.labels.as_ref().and_then(|l| l.get("k").cloned()).into_iter().collect())
+        Index::new(|cm: &ConfigMap| {
+            cm.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("k").cloned())
+                .into_iter()
+                .collect()
+        })
     }
 
     fn names(refs: Vec<ObjectRef<ConfigMap>>) -> Vec<String> {

@@ -65,7 +65,11 @@ fn default_instance() -> String {
     std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_owned()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "sample-operator".into())
 }
@@ -80,8 +84,15 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(client: Client, config: RunConfig) -> Self {
-        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(config.instance.clone()) };
-        Self { client, reporter, config }
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: Some(config.instance.clone()),
+        };
+        Self {
+            client,
+            reporter,
+            config,
+        }
     }
 
     /// An `Api` over the watched namespaces.
@@ -102,10 +113,13 @@ impl Shared {
 
 /// A tick every `interval`, for `reconcile_all_on`.
 pub(crate) fn resync_ticks(interval: Duration) -> impl Stream<Item = ()> + Send {
-    futures::stream::unfold(tokio::time::interval_at(tokio::time::Instant::now() + interval, interval), |mut t| async {
-        t.tick().await;
-        Some(((), t))
-    })
+    futures::stream::unfold(
+        tokio::time::interval_at(tokio::time::Instant::now() + interval, interval),
+        |mut t| async {
+            t.tick().await;
+            Some(((), t))
+        },
+    )
 }
 
 /// Runs the configured controllers until `shutdown` completes; each then finishes the

@@ -84,7 +84,9 @@ impl RequestCounter {
 
     /// A client from `config` whose requests this counter counts.
     pub fn client(&self, config: kube::Config) -> Result<kube::Client, kube::Error> {
-        Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(self).build())
+        Ok(kube::client::ClientBuilder::try_from(config)?
+            .with_layer(self)
+            .build())
     }
 }
 
@@ -92,7 +94,10 @@ impl<S> Layer<S> for RequestCounter {
     type Service = Counted<S>;
 
     fn layer(&self, inner: S) -> Counted<S> {
-        Counted { inner, counter: self.clone() }
+        Counted {
+            inner,
+            counter: self.clone(),
+        }
     }
 }
 

@@ -20,7 +20,10 @@ pub const DEFAULT_REPLICAS: i32 = 1;
 
 /// The labels of the selector and the pod template, as in kubernetes/sample-controller.
 pub fn selector_labels(foo: &Foo) -> BTreeMap<String, String> {
-    BTreeMap::from([("app".to_owned(), "nginx".to_owned()), ("controller".to_owned(), foo.name_any())])
+    BTreeMap::from([
+        ("app".to_owned(), "nginx".to_owned()),
+        ("controller".to_owned(), foo.name_any()),
+    ])
 }
 
 pub fn desired_replicas(foo: &Foo) -> i32 {
@@ -30,7 +33,9 @@ pub fn desired_replicas(foo: &Foo) -> i32 {
 /// The whole Deployment the Foo wants, to be server-side applied: every field in it is one the
 /// operator manages, and nothing else.
 pub fn desired(foo: &Foo) -> Deployment {
-    let owner = foo.controller_owner_ref(&()).expect("a Foo from the apiserver has a name and uid");
+    let owner = foo
+        .controller_owner_ref(&())
+        .expect("a Foo from the apiserver has a name and uid");
     let labels = selector_labels(foo);
     serde_json::from_value(json!({
         "apiVersion": "apps/v1",
@@ -55,7 +60,10 @@ pub fn desired(foo: &Foo) -> Deployment {
 
 /// Whether `deployment` has a controller owner reference to the object with `uid`.
 pub fn is_controlled_by(deployment: &Deployment, uid: &str) -> bool {
-    deployment.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid)
+    deployment
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
 /// Whether `observed` differs from `desired` in any field the operator manages. Fields others
@@ -70,15 +78,25 @@ pub fn needs_apply(desired: &Deployment, observed: &Deployment) -> bool {
         return true;
     };
     let image = |d: &k8s_openapi::api::apps::v1::DeploymentSpec| {
-        d.template.spec.as_ref().and_then(|s| s.containers.iter().find(|c| c.name == "nginx")).and_then(|c| c.image.clone())
+        d.template
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.iter().find(|c| c.name == "nginx"))
+            .and_then(|c| c.image.clone())
     };
     let template_labels = |d: &k8s_openapi::api::apps::v1::DeploymentSpec| {
         d.template.metadata.as_ref().and_then(|m| m.labels.clone())
     };
-    let owner_missing = desired.owner_references().iter().any(|o| !observed.owner_references().contains(o));
+    let owner_missing = desired
+        .owner_references()
+        .iter()
+        .any(|o| !observed.owner_references().contains(o));
 
     owner_missing
-        || !contains_all(observed.metadata.labels.as_ref(), desired.metadata.labels.as_ref())
+        || !contains_all(
+            observed.metadata.labels.as_ref(),
+            desired.metadata.labels.as_ref(),
+        )
         || want.replicas != have.replicas
         || want.selector != have.selector
         || !contains_all(template_labels(have).as_ref(), template_labels(want).as_ref())
@@ -91,7 +109,13 @@ mod tests {
     use sample_operator_api::FooSpec;
 
     fn foo(replicas: Option<i32>) -> Foo {
-        let mut foo = Foo::new("example-foo", FooSpec { deployment_name: "web".into(), replicas });
+        let mut foo = Foo::new(
+            "example-foo",
+            FooSpec {
+                deployment_name: "web".into(),
+                replicas,
+            },
+        );
         foo.metadata.namespace = Some("ns".into());
         foo.metadata.uid = Some("uid-1".into());
         foo
@@ -104,15 +128,24 @@ mod tests {
         assert_eq!(d.metadata.namespace.as_deref(), Some("ns"));
         let spec = d.spec.as_ref().unwrap();
         assert_eq!(spec.replicas, Some(3));
-        let labels = BTreeMap::from([("app".into(), "nginx".into()), ("controller".into(), "example-foo".into())]);
+        let labels = BTreeMap::from([
+            ("app".into(), "nginx".into()),
+            ("controller".into(), "example-foo".into()),
+        ]);
         assert_eq!(spec.selector.match_labels.as_ref(), Some(&labels));
-        assert_eq!(spec.template.metadata.as_ref().unwrap().labels.as_ref(), Some(&labels));
+        assert_eq!(
+            spec.template.metadata.as_ref().unwrap().labels.as_ref(),
+            Some(&labels)
+        );
         let containers = &spec.template.spec.as_ref().unwrap().containers;
         assert_eq!(containers.len(), 1);
         assert_eq!(containers[0].name, "nginx");
         assert_eq!(containers[0].image.as_deref(), Some("nginx:latest"));
         let owner = &d.owner_references()[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("Foo", "uid-1", Some(true)));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("Foo", "uid-1", Some(true))
+        );
         assert!(is_controlled_by(&d, "uid-1"));
         assert!(!is_controlled_by(&d, "uid-2"));
     }
@@ -135,7 +168,10 @@ mod tests {
         have.annotations_mut().insert("team".into(), "payments".into());
         have.labels_mut().insert("extra".into(), "yes".into());
         let pod = have.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
-        pod.containers.push(k8s_openapi::api::core::v1::Container { name: "sidecar".into(), ..Default::default() });
+        pod.containers.push(k8s_openapi::api::core::v1::Container {
+            name: "sidecar".into(),
+            ..Default::default()
+        });
         assert!(!needs_apply(&want, &have));
     }
 
@@ -144,12 +180,32 @@ mod tests {
         let want = desired(&foo(Some(2)));
         let edits: [fn(&mut Deployment); 5] = [
             |d| d.spec.as_mut().unwrap().replicas = Some(5),
-            |d| d.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.0".into()),
+            |d| {
+                d.spec
+                    .as_mut()
+                    .unwrap()
+                    .template
+                    .spec
+                    .as_mut()
+                    .unwrap()
+                    .containers[0]
+                    .image = Some("nginx:1.0".into())
+            },
             |d| {
                 d.labels_mut().remove(MANAGED_BY_LABEL);
             },
             |d| {
-                d.spec.as_mut().unwrap().template.metadata.as_mut().unwrap().labels.as_mut().unwrap().remove("app");
+                d.spec
+                    .as_mut()
+                    .unwrap()
+                    .template
+                    .metadata
+                    .as_mut()
+                    .unwrap()
+                    .labels
+                    .as_mut()
+                    .unwrap()
+                    .remove("app");
             },
             |d| d.metadata.owner_references = None,
         ];

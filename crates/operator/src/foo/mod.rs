@@ -108,12 +108,15 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
     let owned = Index::new(controlling_foo_uid);
     let index = owned.clone();
     let selector = format!("{}={}", deployment::MANAGED_BY_LABEL, deployment::MANAGED_BY);
-    let deployment_events = watcher(shared.api::<Deployment>(), watcher::Config::default().labels(&selector))
-        .default_backoff()
-        .modify(|d| d.managed_fields_mut().clear())
-        .inspect_ok(move |event| index.apply(event))
-        .reflect(deployment_writer)
-        .touched_objects();
+    let deployment_events = watcher(
+        shared.api::<Deployment>(),
+        watcher::Config::default().labels(&selector),
+    )
+    .default_backoff()
+    .modify(|d| d.managed_fields_mut().clear())
+    .inspect_ok(move |event| index.apply(event))
+    .reflect(deployment_writer)
+    .touched_objects();
 
     let context = Arc::new(Context {
         client: shared.client.clone(),
@@ -159,7 +162,10 @@ async fn reconcile(foo: Arc<Foo>, ctx: Arc<Context>) -> Result<Action, Error> {
 }
 
 fn error_policy(foo: Arc<Foo>, error: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff.next_delay(ObjectRef::from_obj(&*foo)).min(error.max_delay());
+    let delay = ctx
+        .backoff
+        .next_delay(ObjectRef::from_obj(&*foo))
+        .min(error.max_delay());
     tracing::warn!(foo = %status::describe(&foo), reason = error.reason(), %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -185,13 +191,26 @@ async fn sync(foo: &Foo, ctx: &Context) -> Result<Action, Error> {
     let removed = remove_stale_deployments(foo, ctx, &namespace, &uid).await?;
     update_status(foo, ctx, Observed::Deployment(&deployment)).await?;
     if applied || removed {
-        events::publish(&ctx.recorder, &foo.object_ref(&()), EventType::Normal, "Synced", "Foo synced successfully".into(), "Sync").await;
+        events::publish(
+            &ctx.recorder,
+            &foo.object_ref(&()),
+            EventType::Normal,
+            "Synced",
+            "Foo synced successfully".into(),
+            "Sync",
+        )
+        .await;
     }
     Ok(Action::await_change())
 }
 
 /// Makes the Deployment match the desired one. Returns it, and whether anything was written.
-async fn ensure_deployment(foo: &Foo, ctx: &Context, namespace: &str, uid: &str) -> Result<(Arc<Deployment>, bool), Error> {
+async fn ensure_deployment(
+    foo: &Foo,
+    ctx: &Context,
+    namespace: &str,
+    uid: &str,
+) -> Result<(Arc<Deployment>, bool), Error> {
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
     let name = &foo.spec.deployment_name;
     let desired = deployment::desired(foo);
@@ -200,13 +219,18 @@ async fn ensure_deployment(foo: &Foo, ctx: &Context, namespace: &str, uid: &str)
         // Not among the operator's Deployments: create it, unless one of that name exists
         // (someone else's, or ours with its label removed), which the create then reports.
         None => {
-            let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
             match api.create(&params, &desired).await {
                 Ok(created) => {
                     tracing::info!(foo = %status::describe(foo), deployment = %name, "created Deployment");
                     return Ok((Arc::new(created), true));
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 => Arc::new(api.get(name).await.map_err(Error::ReadDeployment)?),
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    Arc::new(api.get(name).await.map_err(Error::ReadDeployment)?)
+                }
                 Err(e) => return Err(Error::CreateDeployment(e)),
             }
         }
@@ -222,26 +246,39 @@ async fn ensure_deployment(foo: &Foo, ctx: &Context, namespace: &str, uid: &str)
     let mut patch = desired;
     patch.metadata.uid = observed.metadata.uid.clone();
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let applied = api.patch(name, &params, &Patch::Apply(&patch)).await.map_err(Error::ApplyDeployment)?;
+    let applied = api
+        .patch(name, &params, &Patch::Apply(&patch))
+        .await
+        .map_err(Error::ApplyDeployment)?;
     tracing::info!(foo = %status::describe(foo), deployment = %name, "applied Deployment");
     Ok((Arc::new(applied), true))
 }
 
 /// Deletes the Deployments this Foo controls under a name it no longer asks for.
-async fn remove_stale_deployments(foo: &Foo, ctx: &Context, namespace: &str, uid: &str) -> Result<bool, Error> {
+async fn remove_stale_deployments(
+    foo: &Foo,
+    ctx: &Context,
+    namespace: &str,
+    uid: &str,
+) -> Result<bool, Error> {
     let mut removed = false;
     for stale in ctx.owned.get(&uid.to_owned()) {
         if stale.name == foo.spec.deployment_name || stale.namespace.as_deref() != Some(namespace) {
             continue;
         }
-        let Some(cached) = ctx.deployments.get(&stale) else { continue };
+        let Some(cached) = ctx.deployments.get(&stale) else {
+            continue;
+        };
         if !deployment::is_controlled_by(&cached, uid) {
             continue;
         }
         let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
         let params = DeleteParams {
             // Only the object that was checked: never a same-named successor.
-            preconditions: Some(Preconditions { uid: cached.uid(), resource_version: None }),
+            preconditions: Some(Preconditions {
+                uid: cached.uid(),
+                resource_version: None,
+            }),
             propagation_policy: Some(PropagationPolicy::Background),
             ..Default::default()
         };
@@ -266,9 +303,13 @@ async fn update_status(foo: &Foo, ctx: &Context, observed: Observed<'_>) -> Resu
     let previous_reason = status::current_reason(foo);
     let api: Api<Foo> = Api::namespaced(ctx.client.clone(), &foo.namespace().unwrap_or_default());
     let patch = json!({ "apiVersion": Foo::api_version(&()), "kind": Foo::kind(&()), "status": new });
-    api.patch_status(&foo.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(Error::WriteStatus)?;
+    api.patch_status(
+        &foo.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::WriteStatus)?;
 
     let ready = &new.conditions[0];
     if previous_reason.as_deref() != Some(ready.reason.as_str()) {
@@ -278,7 +319,15 @@ async fn update_status(foo: &Foo, ctx: &Context, observed: Observed<'_>) -> Resu
             _ => None,
         };
         if let Some(event_reason) = event_reason {
-            events::publish(&ctx.recorder, &foo.object_ref(&()), EventType::Warning, event_reason, ready.message.clone(), "Sync").await;
+            events::publish(
+                &ctx.recorder,
+                &foo.object_ref(&()),
+                EventType::Warning,
+                event_reason,
+                ready.message.clone(),
+                "Sync",
+            )
+            .await;
         }
     }
     Ok(())

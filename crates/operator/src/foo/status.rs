@@ -35,7 +35,11 @@ pub fn desired(foo: &Foo, observed: Observed<'_>) -> FooStatus {
     let name = &foo.spec.deployment_name;
     let (available, ready, reason, message) = match observed {
         Observed::Deployment(deployment) => {
-            let available = deployment.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0);
+            let available = deployment
+                .status
+                .as_ref()
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0);
             let want = desired_replicas(foo);
             let message = format!("Deployment {name:?} has {available} of {want} replicas available");
             if available >= want && rolled_out(deployment) {
@@ -50,14 +54,29 @@ pub fn desired(foo: &Foo, observed: Observed<'_>) -> FooStatus {
             reason::RESOURCE_EXISTS,
             resource_exists_message(name),
         ),
-        Observed::Invalid(message) => (previous.available_replicas, false, reason::INVALID_SPEC, message.to_owned()),
+        Observed::Invalid(message) => (
+            previous.available_replicas,
+            false,
+            reason::INVALID_SPEC,
+            message.to_owned(),
+        ),
     };
     // While the Deployment is someone else's, its replicas are not ours to report.
-    let available = if matches!(reason, reason::RESOURCE_EXISTS) { 0 } else { available };
+    let available = if matches!(reason, reason::RESOURCE_EXISTS) {
+        0
+    } else {
+        available
+    };
     FooStatus {
         available_replicas: available,
         observed_generation: generation,
-        conditions: vec![conditions::ready(ready, reason, message, generation, &previous.conditions)],
+        conditions: vec![conditions::ready(
+            ready,
+            reason,
+            message,
+            generation,
+            &previous.conditions,
+        )],
     }
 }
 
@@ -74,11 +93,15 @@ fn rolled_out(deployment: &Deployment) -> bool {
 
 /// Whether writing `new` would change anything; conditions compare without their timestamps.
 pub fn differs(foo: &Foo, new: &FooStatus) -> bool {
-    let Some(current) = foo.status.as_ref() else { return true };
+    let Some(current) = foo.status.as_ref() else {
+        return true;
+    };
     let strip = |s: &FooStatus| {
         let mut s = s.clone();
         for c in &mut s.conditions {
-            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            );
         }
         s
     };
@@ -87,7 +110,10 @@ pub fn differs(foo: &Foo, new: &FooStatus) -> bool {
 
 /// The reason of the current `Ready` condition.
 pub fn current_reason(foo: &Foo) -> Option<String> {
-    foo.status.as_ref().and_then(|s| conditions::ready_reason(&s.conditions)).map(str::to_owned)
+    foo.status
+        .as_ref()
+        .and_then(|s| conditions::ready_reason(&s.conditions))
+        .map(str::to_owned)
 }
 
 /// Name of the Foo, for messages.
@@ -102,7 +128,13 @@ mod tests {
     use sample_operator_api::FooSpec;
 
     fn foo(replicas: i32) -> Foo {
-        let mut foo = Foo::new("f", FooSpec { deployment_name: "web".into(), replicas: Some(replicas) });
+        let mut foo = Foo::new(
+            "f",
+            FooSpec {
+                deployment_name: "web".into(),
+                replicas: Some(replicas),
+            },
+        );
         foo.metadata.generation = Some(4);
         foo
     }
@@ -133,7 +165,10 @@ mod tests {
     #[test]
     fn progressing_while_replicas_are_missing_or_the_rollout_is_unseen() {
         let s = desired(&foo(3), Observed::Deployment(&deployment(1, 2, 2)));
-        assert_eq!((s.available_replicas, ready(&s)), (1, ("False", reason::PROGRESSING)));
+        assert_eq!(
+            (s.available_replicas, ready(&s)),
+            (1, ("False", reason::PROGRESSING))
+        );
         let s = desired(&foo(3), Observed::Deployment(&deployment(3, 3, 2)));
         assert_eq!(ready(&s), ("False", reason::PROGRESSING));
     }
@@ -142,7 +177,10 @@ mod tests {
     fn a_conflict_says_why_in_the_seeds_words() {
         let s = desired(&foo(1), Observed::Conflict);
         assert_eq!(ready(&s), ("False", reason::RESOURCE_EXISTS));
-        assert_eq!(s.conditions[0].message, r#"Resource "web" already exists and is not managed by Foo"#);
+        assert_eq!(
+            s.conditions[0].message,
+            r#"Resource "web" already exists and is not managed by Foo"#
+        );
         assert_eq!(s.available_replicas, 0);
     }
 

@@ -1,8 +1,8 @@
 //! The CRDs generated from the Rust types, as the apiserver sees them.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
-use kube::{Client, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
 use sample_operator_api::{Foo, MyCustomResource, Network};
 use serde_json::json;
@@ -11,13 +11,7 @@ const NETWORK_SAMPLE: &str = include_str!("../../../../samples/network.yaml");
 const FOO_SAMPLE: &str = include_str!("../../../../samples/foo.yaml");
 const MY_CUSTOM_RESOURCE_SAMPLES: &str = include_str!("../../../../samples/my-custom-resource.yaml");
 
-async fn client_with_crds() -> Client {
-    let client = testing::client().await;
-    testing::install_crds(&client, &sample_operator_api::crds())
-        .await
-        .expect("CRDs install");
-    client
-}
+use crate::support::{SCHEMA, client_with_crds};
 
 #[tokio::test]
 async fn generated_crds_install_and_become_established() {
@@ -101,6 +95,7 @@ fn network(name: &str, cidr: &str, gateway: &str) -> serde_json::Value {
 #[tokio::test]
 async fn invalid_foos_are_refused_naming_the_field() {
     let client = client_with_crds().await;
+    let _schema = SCHEMA.read().await;
     let ns = TestNamespace::create(&client, "invalid-foo").await;
     let foos = ns.api::<Foo>();
 
@@ -148,6 +143,7 @@ async fn invalid_foos_are_refused_naming_the_field() {
 #[tokio::test]
 async fn invalid_networks_are_refused_naming_the_field() {
     let client = client_with_crds().await;
+    let _schema = SCHEMA.read().await;
     let ns = TestNamespace::create(&client, "invalid-network").await;
     let networks = ns.api::<Network>();
 

@@ -5,3 +5,5 @@
 
 mod api;
 mod cluster;
+mod foo;
+mod support;

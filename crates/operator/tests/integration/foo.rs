@@ -1,0 +1,506 @@
+//! The Foo controller on a real cluster: kubernetes/sample-controller's behaviour, and more.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use local_cluster::testing::{self, TestNamespace};
+use sample_operator::{ControllerName, RunConfig};
+use sample_operator_api::{Foo, FooSpec};
+use serde_json::json;
+
+use crate::support::{Operator, SCHEMA, client_with_crds, events_about, wait_for_event};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn foo(name: &str, deployment: &str, replicas: Option<i32>) -> Foo {
+    Foo::new(
+        name,
+        FooSpec {
+            deployment_name: deployment.into(),
+            replicas,
+        },
+    )
+}
+
+fn ready(foo: &Foo) -> Option<(String, String)> {
+    let status = foo.status.as_ref()?;
+    let c = sample_operator_api::conditions::find(&status.conditions, "Ready")?;
+    Some((c.status.clone(), c.reason.clone()))
+}
+
+fn available(foo: &Foo) -> i32 {
+    foo.status.as_ref().map_or(-1, |s| s.available_replicas)
+}
+
+/// Waits until the Foo reports `replicas` available and Ready, for its current generation.
+async fn wait_available(foos: &Api<Foo>, name: &str, replicas: i32) -> Foo {
+    testing::wait_for(
+        foos,
+        name,
+        &format!("{replicas} available and Ready"),
+        TIMEOUT,
+        |f| {
+            available(f) == replicas
+                && ready(f) == Some(("True".into(), "Available".into()))
+                && f.status.as_ref().and_then(|s| s.observed_generation) == f.metadata.generation
+        },
+    )
+    .await
+    .unwrap()
+}
+
+async fn scale(foos: &Api<Foo>, name: &str, replicas: i32) {
+    let patch = json!({ "spec": { "replicas": replicas } });
+    foos.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+fn plain_deployment(name: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": { "team": "someone-else" } },
+        "spec": {
+            "replicas": 2,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": { "containers": [{ "name": "app", "image": "busybox:1" }] },
+            },
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_foo_gets_an_owned_nginx_deployment_and_reports_availability() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-basic").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
+    let foos = ns.api::<Foo>();
+    let created = foos
+        .create(
+            &PostParams::default(),
+            &foo("example-foo", "example-foo", Some(1)),
+        )
+        .await
+        .unwrap();
+
+    let deployments = ns.api::<Deployment>();
+    let d = testing::wait_for(&deployments, "example-foo", "created", TIMEOUT, |_| true)
+        .await
+        .unwrap();
+    let spec = d.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    let labels = BTreeMap::from([
+        ("app".to_owned(), "nginx".to_owned()),
+        ("controller".to_owned(), "example-foo".to_owned()),
+    ]);
+    assert_eq!(spec.selector.match_labels.as_ref(), Some(&labels));
+    assert_eq!(
+        spec.template.metadata.as_ref().unwrap().labels.as_ref(),
+        Some(&labels)
+    );
+    let containers = &spec.template.spec.as_ref().unwrap().containers;
+    assert_eq!(
+        containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.image.as_deref()))
+            .collect::<Vec<_>>(),
+        [("nginx", Some("nginx:latest"))]
+    );
+    let owner = &d.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("Foo", created.uid().unwrap().as_str(), Some(true))
+    );
+
+    let f = wait_available(&foos, "example-foo", 1).await;
+    assert_eq!(f.status.unwrap().observed_generation, created.metadata.generation);
+    let synced = wait_for_event(&client, &ns.name, "example-foo", "Synced").await;
+    assert_eq!(synced.note.as_deref(), Some("Foo synced successfully"));
+    assert_eq!(synced.type_.as_deref(), Some("Normal"));
+    assert_eq!(synced.reporting_controller.as_deref(), Some("sample-operator"));
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn available_replicas_follow_scaling_up_and_down() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-scale").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
+    let foos = ns.api::<Foo>();
+    foos.create(&PostParams::default(), &foo("scaled", "scaled-web", Some(1)))
+        .await
+        .unwrap();
+    wait_available(&foos, "scaled", 1).await;
+
+    scale(&foos, "scaled", 3).await;
+    wait_available(&foos, "scaled", 3).await;
+    let d = ns.api::<Deployment>().get("scaled-web").await.unwrap();
+    assert_eq!(d.spec.unwrap().replicas, Some(3));
+
+    scale(&foos, "scaled", 1).await;
+    wait_available(&foos, "scaled", 1).await;
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_deployment_the_foo_does_not_own_is_left_alone_until_it_is_gone() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-conflict").await;
+    let deployments = ns.api::<Deployment>();
+    let foreign = deployments
+        .create(&PostParams::default(), &plain_deployment("taken"))
+        .await
+        .unwrap();
+    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
+    let foos = ns.api::<Foo>();
+    foos.create(&PostParams::default(), &foo("intruder", "taken", Some(1)))
+        .await
+        .unwrap();
+
+    let f = testing::wait_for(&foos, "intruder", "ResourceExists", TIMEOUT, |f| {
+        ready(f) == Some(("False".into(), "ResourceExists".into()))
+    })
+    .await
+    .unwrap();
+    let message = r#"Resource "taken" already exists and is not managed by Foo"#;
+    assert_eq!(f.status.unwrap().conditions[0].message, message);
+    let event = wait_for_event(&client, &ns.name, "intruder", "ErrResourceExists").await;
+    assert_eq!(
+        (event.type_.as_deref(), event.note.as_deref()),
+        (Some("Warning"), Some(message))
+    );
+
+    // Retries went by (the backoff starts in milliseconds), and the Deployment is untouched.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // (Its status moves as the controller-manager rolls it out; its spec and metadata may not.)
+    let now = deployments.get("taken").await.unwrap();
+    assert_eq!(
+        now.metadata.generation, foreign.metadata.generation,
+        "the foreign Deployment's spec was changed"
+    );
+    assert_eq!(now.labels(), foreign.labels());
+    assert!(now.owner_references().is_empty());
+    let managers: Vec<_> = now
+        .managed_fields()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        !managers.iter().any(|m| m == "sample-operator"),
+        "managers: {managers:?}"
+    );
+
+    deployments
+        .delete("taken", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    testing::wait_for_deletion(&deployments, "taken", TIMEOUT)
+        .await
+        .unwrap();
+    wait_available(&foos, "intruder", 1).await;
+    let d = deployments.get("taken").await.unwrap();
+    assert_eq!(d.owner_references()[0].name, "intruder");
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn deleting_a_foo_deletes_its_deployment() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-delete").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
+    let foos = ns.api::<Foo>();
+    foos.create(
+        &PostParams::default(),
+        &foo("short-lived", "short-lived", Some(2)),
+    )
+    .await
+    .unwrap();
+    wait_available(&foos, "short-lived", 2).await;
+
+    foos.delete("short-lived", &DeleteParams::background())
+        .await
+        .unwrap();
+    // The controller-manager's garbage collector follows the owner reference.
+    testing::wait_for_deletion(&ns.api::<Deployment>(), "short-lived", TIMEOUT)
+        .await
+        .unwrap();
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn hand_edits_of_managed_fields_are_reverted_and_others_kept() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-drift").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
+    let foos = ns.api::<Foo>();
+    foos.create(&PostParams::default(), &foo("kept", "kept", Some(2)))
+        .await
+        .unwrap();
+    wait_available(&foos, "kept", 2).await;
+
+    let deployments = ns.api::<Deployment>();
+    let edit = json!({
+        "metadata": { "annotations": { "team": "payments" } },
+        "spec": {
+            "replicas": 5,
+            "template": { "spec": { "containers": [{ "name": "nginx", "image": "nginx:1.0" }] } },
+        },
+    });
+    let edited = deployments
+        .patch("kept", &PatchParams::default(), &Patch::Strategic(&edit))
+        .await
+        .unwrap();
+    assert_eq!(edited.spec.as_ref().unwrap().replicas, Some(5));
+
+    let restored = testing::wait_for(
+        &deployments,
+        "kept",
+        "replicas and image restored",
+        TIMEOUT,
+        |d| {
+            let spec = d.spec.as_ref().unwrap();
+            let image = spec.template.spec.as_ref().unwrap().containers[0]
+                .image
+                .as_deref();
+            spec.replicas == Some(2) && image == Some("nginx:latest")
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        restored.annotations().get("team").map(String::as_str),
+        Some("payments"),
+        "an unmanaged field was removed"
+    );
+    wait_available(&foos, "kept", 2).await;
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn renaming_the_deployment_moves_the_workload() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-rename").await;
+    let deployments = ns.api::<Deployment>();
+    deployments
+        .create(&PostParams::default(), &plain_deployment("someone-elses"))
+        .await
+        .unwrap();
+    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
+    let foos = ns.api::<Foo>();
+    foos.create(&PostParams::default(), &foo("mover", "old-name", Some(1)))
+        .await
+        .unwrap();
+    wait_available(&foos, "mover", 1).await;
+
+    let patch = json!({ "spec": { "deploymentName": "new-name" } });
+    foos.patch("mover", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    testing::wait_for_deletion(&deployments, "old-name", TIMEOUT)
+        .await
+        .unwrap();
+    let moved = wait_available(&foos, "mover", 1).await;
+    assert!(deployments.get("new-name").await.is_ok());
+    assert_eq!(
+        moved.status.unwrap().conditions[0].message,
+        r#"Deployment "new-name" has 1 of 1 replicas available"#
+    );
+
+    // Moving onto a Deployment it does not own is refused, and deletes nothing.
+    let patch = json!({ "spec": { "deploymentName": "someone-elses" } });
+    foos.patch("mover", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    testing::wait_for(&foos, "mover", "ResourceExists", TIMEOUT, |f| {
+        ready(f).is_some_and(|r| r.1 == "ResourceExists")
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        deployments
+            .get("someone-elses")
+            .await
+            .unwrap()
+            .owner_references()
+            .is_empty()
+    );
+    assert!(
+        deployments.get("new-name").await.is_ok(),
+        "its own Deployment stays until the move can happen"
+    );
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-steady").await;
+    let config = RunConfig {
+        namespace: Some(ns.name.clone()),
+        controllers: vec![ControllerName::Foo],
+        resync: Some(Duration::from_secs(1)),
+        instance: "integration-test".into(),
+        ..RunConfig::default()
+    };
+    let operator = Operator::start_with(config.clone()).await;
+    let foos = ns.api::<Foo>();
+    for i in 0..20 {
+        foos.create(
+            &PostParams::default(),
+            &foo(&format!("steady-{i}"), &format!("steady-{i}"), Some(1)),
+        )
+        .await
+        .unwrap();
+    }
+    for i in 0..20 {
+        wait_available(&foos, &format!("steady-{i}"), 1).await;
+    }
+    // Let the last status writes and their watch events settle.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let before = operator.requests();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let during = operator.requests().since(&before);
+    assert_eq!(during.writes(), 0, "writes during five resyncs: {during:?}");
+    operator.stop().await;
+
+    let restarted = Operator::start_with(config).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after_restart = restarted.requests();
+    assert!(after_restart.get > 0, "the restarted operator did not even list");
+    assert_eq!(
+        after_restart.writes(),
+        0,
+        "writes after a restart: {after_restart:?}"
+    );
+    restarted.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_foo_that_slipped_past_admission_is_reported_and_not_retried() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-invalid").await;
+    store_foo_the_schema_refuses(&client, &ns.name, foo("stale", "stale", Some(11))).await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
+    let foos = ns.api::<Foo>();
+
+    let f = testing::wait_for(&foos, "stale", "InvalidSpec", TIMEOUT, |f| {
+        ready(f) == Some(("False".into(), "InvalidSpec".into()))
+    })
+    .await
+    .unwrap();
+    let message = &f.status.unwrap().conditions[0].message;
+    assert!(message.starts_with("spec.replicas:"), "{message}");
+    let event = wait_for_event(&client, &ns.name, "stale", "InvalidSpec").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        ns.api::<Deployment>().get_opt("stale").await.unwrap().is_none(),
+        "an invalid Foo got a Deployment"
+    );
+
+    // It waits for a change instead of retrying.
+    let before = operator.requests();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(operator.requests().since(&before).writes(), 0);
+    assert_eq!(events_about(&client, &ns.name, "stale").await.len(), 1);
+
+    // A fix is picked up at once.
+    scale(&foos, "stale", 2).await;
+    wait_available(&foos, "stale", 2).await;
+    operator.stop().await;
+    ns.delete().await;
+}
+
+/// Stores a Foo that the current schema would refuse, as if it had been created before the
+/// schema had the rule: the CRD is relaxed for a moment, then restored.
+async fn store_foo_the_schema_refuses(client: &Client, namespace: &str, invalid: Foo) {
+    let _exclusive = SCHEMA.write().await;
+    let mut relaxed = Foo::crd();
+    let schema = relaxed.spec.versions[0]
+        .schema
+        .as_mut()
+        .unwrap()
+        .open_api_v3_schema
+        .as_mut()
+        .unwrap();
+    let spec = schema.properties.as_mut().unwrap().get_mut("spec").unwrap();
+    let replicas = spec.properties.as_mut().unwrap().get_mut("replicas").unwrap();
+    replicas.maximum = None;
+    testing::install_crds(client, &[relaxed]).await.unwrap();
+    let stored = Api::<Foo>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &invalid)
+        .await;
+    testing::install_crds(client, &sample_operator_api::crds())
+        .await
+        .unwrap();
+    stored.expect("the relaxed schema takes the Foo");
+}
+
+#[tokio::test]
+async fn many_foos_converge_including_in_a_namespace_created_later() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-many").await;
+    // All namespaces: a namespace created after the start works like any other.
+    let operator = Operator::start_with(RunConfig {
+        controllers: vec![ControllerName::Foo],
+        instance: "integration-test".into(),
+        ..RunConfig::default()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let later = TestNamespace::create(&client, "foo-later").await;
+    let foos = ns.api::<Foo>();
+    let creates = (0..200).map(|i| {
+        let foos = foos.clone();
+        async move {
+            foos.create(
+                &PostParams::default(),
+                &foo(&format!("many-{i}"), &format!("many-{i}"), Some(1)),
+            )
+            .await
+        }
+    });
+    for result in futures::future::join_all(creates).await {
+        result.unwrap();
+    }
+    later
+        .api::<Foo>()
+        .create(&PostParams::default(), &foo("late", "late", Some(1)))
+        .await
+        .unwrap();
+    wait_available(&later.api::<Foo>(), "late", 1).await;
+
+    let start = std::time::Instant::now();
+    loop {
+        let list = foos.list(&Default::default()).await.unwrap();
+        let converged = list
+            .items
+            .iter()
+            .filter(|f| available(f) == 1 && ready(f).is_some_and(|r| r.0 == "True"))
+            .count();
+        if converged == 200 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "{converged} of 200 Foos converged in 180s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    operator.stop().await;
+    later.delete().await;
+    ns.delete().await;
+}

@@ -1,0 +1,97 @@
+//! What the controller suites share: CRDs installed once per test, an operator running
+//! in-process on the test's namespace, and a lock around the CRD schemas.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use local_cluster::testing;
+use sample_operator::requests::{RequestCounter, RequestCounts};
+use sample_operator::{ControllerName, RunConfig};
+use tokio::sync::RwLock;
+
+/// Tests that need admission to refuse invalid objects hold this for reading; a test that
+/// relaxes a CRD for a moment (to store an object the current schema refuses) holds it for
+/// writing. The tests of this binary share one apiserver.
+pub static SCHEMA: LazyLock<RwLock<()>> = LazyLock::new(|| RwLock::new(()));
+
+/// A client of the test cluster with the operator's CRDs installed.
+pub async fn client_with_crds() -> Client {
+    let client = testing::client().await;
+    let _schema = SCHEMA.read().await;
+    testing::install_crds(&client, &sample_operator_api::crds())
+        .await
+        .expect("CRDs install");
+    client
+}
+
+/// The operator, running in this process on one namespace, with its requests counted.
+pub struct Operator {
+    pub requests: RequestCounter,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Operator {
+    pub async fn start(namespace: &str, controllers: &[ControllerName]) -> Self {
+        Self::start_with(RunConfig {
+            namespace: Some(namespace.to_owned()),
+            controllers: controllers.to_vec(),
+            instance: "integration-test".into(),
+            ..RunConfig::default()
+        })
+        .await
+    }
+
+    pub async fn start_with(config: RunConfig) -> Self {
+        let requests = RequestCounter::default();
+        let client = requests.client(testing::config().await).expect("operator client");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(sample_operator::run(client, config, async move {
+            let _ = stopped.await;
+        }));
+        Self { requests, stop, task }
+    }
+
+    /// Requests sent so far.
+    pub fn requests(&self) -> RequestCounts {
+        self.requests.snapshot()
+    }
+
+    /// Stops it the way SIGTERM does and waits until it has.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("the operator stops within 30s")
+            .expect("the operator task does not panic");
+    }
+}
+
+/// Events (events.k8s.io) about the object `name` in `namespace`.
+pub async fn events_about(client: &Client, namespace: &str, name: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let params = ListParams::default().fields(&format!("regarding.name={name}"));
+    events.list(&params).await.map(|l| l.items).unwrap_or_default()
+}
+
+/// Waits until an event of `reason` about `name` exists, and returns it.
+pub async fn wait_for_event(client: &Client, namespace: &str, name: &str, reason: &str) -> Event {
+    let start = std::time::Instant::now();
+    loop {
+        let events = events_about(client, namespace, name).await;
+        if let Some(event) = events.iter().find(|e| e.reason.as_deref() == Some(reason)) {
+            return event.clone();
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let seen: Vec<_> = events
+                .iter()
+                .map(|e| (e.reason.clone(), e.note.clone()))
+                .collect();
+            panic!("no {reason} event about {name} within 30s; events: {seen:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
