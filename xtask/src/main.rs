@@ -1,11 +1,13 @@
 //! Developer commands: `cargo xtask <command>`. See the README for the workflow.
 
-use std::path::Path;
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use local_cluster::{LocalCluster, paths, toolchain};
+
+mod bench;
+mod demo;
 
 #[derive(Parser)]
 #[command(about = "Developer commands of sample-operator")]
@@ -29,6 +31,9 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cargo_test_args: Vec<String>,
     },
+    /// Benchmark our Foo controller against its Go peers on an apiserver of its own (see
+    /// bench/RESULTS.md); takes long at the default sizes.
+    Bench(bench::BenchArgs),
     /// Run the kubectl built here against the local cluster.
     Kubectl {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -92,9 +97,10 @@ fn run(args: Args) -> Result<ExitCode> {
                 paths::cache_dir().join("bin").display()
             );
         }
-        Cmd::Demo => runtime.block_on(demo(&cluster))?,
+        Cmd::Demo => runtime.block_on(demo::run(&cluster))?,
         Cmd::Test { cargo_test_args } => return test(&runtime, &cluster, &cargo_test_args),
         Cmd::Kubectl { args } => return kubectl(&cluster, &args),
+        Cmd::Bench(args) => runtime.block_on(bench::run(args))?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -137,69 +143,6 @@ fn kubectl(cluster: &LocalCluster, args: &[String]) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-/// Runs kubectl, echoing the command as a user would type it.
-fn show(cluster: &LocalCluster, args: &[&str]) -> Result<()> {
-    println!("\n$ kubectl {}", args.join(" "));
-    let status = kubectl_command(cluster)?.args(args).status()?;
-    if !status.success() {
-        bail!("kubectl {} failed", args.join(" "));
-    }
-    Ok(())
-}
-
-async fn demo(cluster: &LocalCluster) -> Result<()> {
-    println!("== starting the local cluster (the first run builds Kubernetes from Go modules)");
-    let state = cluster.up().await?;
-    println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
-    let root = paths::repo_root();
-    show(cluster, &["get", "nodes"])?;
-    println!("\n== installing the CRDs generated from the Rust types");
-    show(
-        cluster,
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            &root.join("deploy/crds").display().to_string(),
-        ],
-    )?;
-    show(
-        cluster,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ],
-    )?;
-    println!("\n== applying the seeds' sample objects, unchanged");
-    show(
-        cluster,
-        &["apply", "-f", &root.join("samples").display().to_string()],
-    )?;
-    show(cluster, &["get", "sample-operator", "-o", "wide"])?;
-    println!("\n== admission refuses invalid objects, naming the field");
-    let invalid = root.join("samples/invalid/foo-replicas-11.yaml");
-    let out = kubectl_command(cluster)?
-        .args(["apply", "-f"])
-        .arg(&invalid)
-        .output()?;
-    print!(
-        "$ kubectl apply -f {}\n{}",
-        rel(&invalid, &root),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("\nThe cluster keeps running; `cargo xtask cluster down` stops it.");
-    println!("  export KUBECONFIG={}", cluster.kubeconfig().display());
-    Ok(())
-}
-
-fn rel(path: &Path, root: &Path) -> String {
-    path.strip_prefix(root).unwrap_or(path).display().to_string()
 }
 
 /// Every check CI runs, in the order that fails fastest.

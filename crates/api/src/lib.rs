@@ -11,13 +11,14 @@
 
 pub mod conditions;
 pub mod foo;
+pub mod ip;
 pub mod my_custom_resource;
 pub mod names;
 pub mod network;
 
 pub use foo::{Foo, FooSpec, FooStatus};
 pub use my_custom_resource::{MyCustomResource, MyCustomResourceSpec, MyCustomResourceStatus};
-pub use network::{Network, NetworkSpec, NetworkStatus};
+pub use network::{Addressing, BackendReference, Network, NetworkSpec, NetworkStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -286,6 +286,41 @@ impl LocalCluster {
         std::fs::write(path, text).map_err(|e| Error::io(path, e))
     }
 
+    /// Stops one component and starts it again with the same arguments, as an outage would;
+    /// for the kube-apiserver, waits until it is ready again. For tests of reconnection.
+    pub async fn restart(&self, name: &str) -> Result<()> {
+        let mut state = self.state().ok_or(Error::NotRunning)?;
+        let position = state
+            .components
+            .iter()
+            .position(|c| c.name == name)
+            .ok_or(Error::NotRunning)?;
+        let old = state.components[position].clone();
+        if old.args.is_empty() {
+            return Err(Error::Restart {
+                component: name.into(),
+                message: "this cluster was started by an older version that did not record arguments; \
+                          restart it with `cargo xtask cluster down && cargo xtask cluster up`"
+                    .into(),
+            });
+        }
+        old.stop(Duration::from_secs(10));
+        let new = Component::start(&old.name, &old.binary, &old.args, &self.logs_dir())?;
+        state.components[position] = new;
+        self.write_state(&state)?;
+        if name == "kube-apiserver" {
+            let client = self.client().await?;
+            wait_for(
+                "kube-apiserver to answer /readyz again",
+                Duration::from_secs(120),
+                &state.components,
+                || async { readyz(&client).await.map(Some) },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Stops every recorded process (in reverse start order) and removes the run folder.
     /// Stopping a cluster that is not running is not an error.
     pub fn down(&self) -> Result<()> {
@@ -573,6 +608,7 @@ mod tests {
                     pid: 1,
                     binary: PathBuf::from(name),
                     log: PathBuf::from(format!("{name}.log")),
+                    args: Vec::new(),
                 })
                 .collect(),
         }

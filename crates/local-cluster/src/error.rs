@@ -29,6 +29,9 @@ pub enum Error {
         last_seen: String,
     },
 
+    #[error("restarting {component}: {message}")]
+    Restart { component: String, message: String },
+
     #[error("no local cluster is running (start one with `cargo xtask cluster up`)")]
     NotRunning,
 

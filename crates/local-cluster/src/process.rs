@@ -19,6 +19,9 @@ pub struct Component {
     pub pid: i32,
     pub binary: PathBuf,
     pub log: PathBuf,
+    /// What it was started with, so that it can be restarted the same way.
+    #[serde(default)]
+    pub args: Vec<String>,
 }
 
 impl Component {
@@ -47,6 +50,7 @@ impl Component {
             pid: child.id() as i32,
             binary: binary.to_owned(),
             log,
+            args: args.to_vec(),
         })
     }
 

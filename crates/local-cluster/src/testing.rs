@@ -266,3 +266,32 @@ pub async fn kubectl(args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// Server-side applies every object of a multi-document YAML manifest (forcing conflicts, as
+/// the tests own what they apply), each in the namespace it names. Returns them as stored.
+pub async fn apply_manifest(client: &Client, yaml: &str) -> std::result::Result<Vec<DynamicObject>, kube::Error> {
+    let params = PatchParams::apply(TEST_MANAGER).force();
+    let mut applied = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let value = serde_json::Value::deserialize(doc).expect("a valid YAML document");
+        if value.is_null() {
+            continue;
+        }
+        let obj: DynamicObject = serde_json::from_value(value).expect("a Kubernetes object");
+        let types = obj.types.clone().expect("apiVersion and kind");
+        let (group, version) = match types.api_version.split_once('/') {
+            Some((group, version)) => (group, version),
+            None => ("", types.api_version.as_str()),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, &types.kind);
+        let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+        let api: Api<DynamicObject> = match (caps.scope, obj.metadata.namespace.as_deref()) {
+            (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
+            (kube::discovery::Scope::Namespaced, None) => Api::default_namespaced_with(client.clone(), &resource),
+            (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
+        };
+        let name = obj.metadata.name.clone().expect("a named object");
+        applied.push(api.patch(&name, &params, &Patch::Apply(&obj)).await?);
+    }
+    Ok(applied)
+}

@@ -44,6 +44,13 @@ const KWOK: Module = Module {
     packages: &["sigs.k8s.io/kwok/cmd/kwok"],
 };
 
+/// Only the Helm chart's test needs it, so it is built on demand rather than with the cluster.
+const HELM: Module = Module {
+    dir: "helm",
+    pinned: "helm.sh/helm/v4",
+    packages: &["helm.sh/helm/v4/cmd/helm"],
+};
+
 /// Paths of the built binaries.
 #[derive(Clone, Debug)]
 pub struct Binaries {
@@ -77,6 +84,12 @@ pub fn ensure() -> Result<Binaries> {
         kubernetes_version: pinned_version(&KUBERNETES)?,
         kwok_module_dir: go_module_dir(&KWOK, &format!("sigs.k8s.io/kwok@{kwok_version}"))?,
     })
+}
+
+/// The helm binary, built from its Go module when not cached.
+pub fn helm() -> Result<PathBuf> {
+    let _lock = crate::lock::FileLock::acquire(&paths::cache_dir().join("build.lock"))?;
+    Ok(build(&HELM)?.join("helm"))
 }
 
 /// The version the wrapper's `go.mod` requires for the pinned module.

@@ -34,6 +34,15 @@ impl<Key: Eq + Hash> Backoff<Key> {
         delay
     }
 
+    /// How many objects have failed since their last success.
+    pub fn len(&self) -> usize {
+        self.failures.lock().expect("backoff lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Forgets the failures of `key`, after a success or when the object is gone.
     pub fn reset(&self, key: &Key) {
         self.failures.lock().expect("backoff lock").remove(key);

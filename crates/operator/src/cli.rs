@@ -1,6 +1,7 @@
 //! The command line: one clap `Args` struct per command, with environment fallbacks.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,8 +11,9 @@ use kube::Api;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use crate::leader::{LeaseConfig, Outcome};
 use crate::requests::RequestCounter;
-use crate::{ControllerName, RunConfig};
+use crate::{ControllerName, RunConfig, Telemetry};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -69,6 +71,54 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "SAMPLE_OPERATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
+    /// Measurement aid, not for production: the MyCustomResource controller caches whole Pods
+    /// instead of their metadata, to measure the memory the metadata-only watch saves.
+    #[arg(long, hide = true)]
+    pub measure_full_pod_watch: bool,
+    /// Address of the HTTP server for /metrics, /healthz and /readyz.
+    #[arg(long, env = "SAMPLE_OPERATOR_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub http_address: SocketAddr,
+    /// How long in-flight reconciles may take to finish on SIGTERM, in seconds.
+    #[arg(long, env = "SAMPLE_OPERATOR_DRAIN_SECONDS", default_value_t = 10)]
+    pub drain_seconds: u64,
+    #[command(flatten)]
+    pub leader_election: LeaderElectionArgs,
+}
+
+/// Leader election among replicas.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LeaderElectionArgs {
+    /// Run the controllers only while holding a Lease, so that several replicas can run.
+    #[arg(long, env = "SAMPLE_OPERATOR_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Namespace of the Lease; by default the operator's own (POD_NAMESPACE, or the service
+    /// account's when in a cluster), else `default`.
+    #[arg(long, env = "SAMPLE_OPERATOR_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(long, env = "SAMPLE_OPERATOR_LEADER_ELECTION_NAME", default_value = "sample-operator")]
+    pub leader_election_name: String,
+    /// Seconds a Lease lasts without renewal: the longest a crashed leader delays a standby.
+    #[arg(long, env = "SAMPLE_OPERATOR_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    pub lease_duration_seconds: u64,
+    /// Seconds before expiry that the holder renews the Lease.
+    #[arg(long, env = "SAMPLE_OPERATOR_LEASE_GRACE_SECONDS", default_value_t = 5)]
+    pub lease_grace_seconds: u64,
+}
+
+impl LeaderElectionArgs {
+    fn namespace(&self) -> String {
+        self.leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .or_else(|| {
+                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                    .ok()
+                    .map(|ns| ns.trim().to_owned())
+            })
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| "default".into())
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -83,7 +133,6 @@ pub fn main() -> ExitCode {
     match args.command {
         Command::Crd => print_crds(),
         Command::Run(run) => {
-            init_logging(&run);
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
                 Err(e) => return fail(format!("cannot start the async runtime: {e}")),
@@ -151,22 +200,72 @@ pub async fn kube_config(args: &ClusterArgs) -> Result<kube::Config, String> {
 async fn run_operator(args: RunArgs) -> Result<(), String> {
     let config = kube_config(&args.cluster).await?;
     let server = config.cluster_url.to_string();
-    let counter = RequestCounter::default();
-    let client = counter
-        .client(config)
-        .map_err(|e| format!("cannot build a client for {server}: {e}"))?;
+    let requests = RequestCounter::default();
+    let client = requests.client(config).map_err(|e| format!("cannot build a client for {server}: {e}"))?;
     let run = RunConfig {
         namespace: args.namespace.clone(),
         controllers: args.controllers.clone(),
         concurrency: args.concurrency,
         resync: (args.resync_seconds > 0).then(|| Duration::from_secs(args.resync_seconds)),
+        pod_watch: if args.measure_full_pod_watch {
+            crate::my_custom_resource::PodWatch::Full
+        } else {
+            crate::my_custom_resource::PodWatch::Metadata
+        },
         ..RunConfig::default()
     };
     preflight(&client, &run, &server).await?;
-    tracing::info!(%server, controllers = ?run.controllers, namespace = run.namespace.as_deref().unwrap_or("(all)"), "starting");
-    crate::run(client, run, shutdown_signal()).await;
-    tracing::info!("stopped");
-    Ok(())
+    // Logging starts once the cluster is known to be usable: until then, a failure is reported
+    // as the one line of `fail`, not interleaved with the client's own error logs.
+    init_logging(&args);
+
+    let telemetry = Telemetry::new(requests);
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let (address, http) = crate::server::serve(args.http_address, telemetry.clone(), async move {
+        let _ = http_stopped.await;
+    })
+    .await
+    .map_err(|e| format!("cannot listen on {}: {e}", args.http_address))?;
+    tracing::info!(%server, %address, controllers = ?run.controllers, namespace = run.namespace.as_deref().unwrap_or("(all)"), "starting; serving /metrics, /healthz and /readyz");
+
+    let drain = Duration::from_secs(args.drain_seconds);
+    let outcome = if args.leader_election.leader_elect {
+        let election = &args.leader_election;
+        let lease = LeaseConfig {
+            name: election.leader_election_name.clone(),
+            namespace: election.namespace(),
+            duration: Duration::from_secs(election.lease_duration_seconds),
+            grace: Duration::from_secs(election.lease_grace_seconds),
+        };
+        crate::leader::run_elected(client, run, telemetry, lease, drain, shutdown_signal())
+            .await
+            .map_err(|e| e.to_string())?
+    } else {
+        telemetry.metrics.set_leader(true);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut controllers = tokio::spawn(crate::run_with(client, run, telemetry, async move {
+            let _ = stopped.await;
+        }));
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            _ = &mut controllers => {}
+        }
+        let _ = stop.send(());
+        if tokio::time::timeout(drain, &mut controllers).await.is_err() {
+            tracing::warn!(?drain, "reconciles still running after the drain timeout: aborting them");
+            controllers.abort();
+        }
+        Outcome::Stopped
+    };
+    let _ = stop_http.send(());
+    let _ = http.await;
+    match outcome {
+        Outcome::Stopped => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+        Outcome::LostLease => Err("lost the leader lease; exiting so that this replica restarts as a standby".into()),
+    }
 }
 
 /// Checks that the cluster answers and every CRD the controllers need is installed, so a
@@ -178,7 +277,15 @@ async fn preflight(client: &kube::Client, run: &RunConfig, server: &str) -> Resu
         .map_err(|e| format!("cannot reach the API server at {server}: {e}"))?;
     for name in &run.controllers {
         let (kind, result) = match name {
+            ControllerName::Network => (
+                "Network",
+                probe::<sample_operator_api::Network>(client, run).await,
+            ),
             ControllerName::Foo => ("Foo", probe::<sample_operator_api::Foo>(client, run).await),
+            ControllerName::MyCustomResource => (
+                "MyCustomResource",
+                probe::<sample_operator_api::MyCustomResource>(client, run).await,
+            ),
         };
         match result {
             Ok(()) => {}
@@ -188,6 +295,19 @@ async fn preflight(client: &kube::Client, run: &RunConfig, server: &str) -> Resu
                 ));
             }
             Err(e) => return Err(format!("cannot list {kind} objects at {server}: {e}")),
+        }
+    }
+    // The Network backend's CRD belongs to Multus. Without it the controller still runs: its
+    // Networks report BackendUnavailable until the CRD is installed, then recover.
+    if run.controllers.contains(&ControllerName::Network) {
+        use crate::network::backend::multus::{self, NetworkAttachmentDefinition};
+        if let Err(kube::Error::Api(s)) = probe::<NetworkAttachmentDefinition>(client, run).await
+            && s.code == 404
+        {
+            tracing::warn!(
+                crd = multus::CRD_NAME,
+                "the NetworkAttachmentDefinition CRD is not installed: Networks report BackendUnavailable until it is"
+            );
         }
     }
     Ok(())

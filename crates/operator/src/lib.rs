@@ -10,9 +10,16 @@ pub mod cli;
 pub mod conditions;
 pub mod events;
 pub mod foo;
+pub mod health;
 pub mod index;
+pub mod leader;
+pub mod metrics;
+pub mod my_custom_resource;
+pub mod network;
 pub mod requests;
+pub mod server;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
@@ -26,12 +33,30 @@ pub const FIELD_MANAGER: &str = "sample-operator";
 /// The controllers this operator runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum ControllerName {
+    /// Network: syncs networks to a backend, Multus NetworkAttachmentDefinitions (the
+    /// samplecrd tutorials).
+    Network,
     /// Foo: owns an nginx Deployment (kubernetes/sample-controller).
     Foo,
+    /// MyCustomResource: healthy while its friend Pod exists (kubebuilder tutorial).
+    MyCustomResource,
 }
 
 impl ControllerName {
-    pub const ALL: &[ControllerName] = &[ControllerName::Foo];
+    pub const ALL: &[ControllerName] = &[
+        ControllerName::Network,
+        ControllerName::Foo,
+        ControllerName::MyCustomResource,
+    ];
+
+    /// The name in metrics, logs and readiness reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            ControllerName::Network => "network",
+            ControllerName::Foo => "foo",
+            ControllerName::MyCustomResource => "my-custom-resource",
+        }
+    }
 }
 
 /// How a run of the operator is configured.
@@ -46,6 +71,9 @@ pub struct RunConfig {
     pub resync: Option<Duration>,
     /// Names this instance in events (`reportingInstance`), such as the pod name.
     pub instance: String,
+    /// How the MyCustomResource controller watches Pods: metadata only, except when measuring
+    /// what that saves.
+    pub pod_watch: my_custom_resource::PodWatch,
 }
 
 impl Default for RunConfig {
@@ -56,6 +84,7 @@ impl Default for RunConfig {
             concurrency: 16,
             resync: None,
             instance: default_instance(),
+            pod_watch: my_custom_resource::PodWatch::Metadata,
         }
     }
 }
@@ -74,25 +103,36 @@ fn default_instance() -> String {
         .unwrap_or_else(|| "sample-operator".into())
 }
 
+/// Metrics and health of one operator process, shared by its controllers and its HTTP server.
+#[derive(Clone, Debug)]
+pub struct Telemetry {
+    pub metrics: Arc<metrics::Metrics>,
+    pub health: Arc<health::Health>,
+}
+
+impl Telemetry {
+    pub fn new(requests: requests::RequestCounter) -> Self {
+        Self { metrics: Arc::new(metrics::Metrics::new(requests)), health: Arc::default() }
+    }
+}
+
 /// What every controller of one run shares.
 #[derive(Clone)]
 pub struct Shared {
     pub client: Client,
     pub reporter: Reporter,
     pub config: RunConfig,
+    pub metrics: Arc<metrics::Metrics>,
+    pub health: Arc<health::Health>,
 }
 
 impl Shared {
-    pub fn new(client: Client, config: RunConfig) -> Self {
+    pub fn new(client: Client, config: RunConfig, telemetry: Telemetry) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
             instance: Some(config.instance.clone()),
         };
-        Self {
-            client,
-            reporter,
-            config,
-        }
+        Self { client, reporter, config, metrics: telemetry.metrics, health: telemetry.health }
     }
 
     /// An `Api` over the watched namespaces.
@@ -111,6 +151,23 @@ impl Shared {
     }
 }
 
+/// Completes once `store` has its first full list.
+///
+/// `Store::wait_until_ready` wakes only the last task that polled it (its readiness is a
+/// oneshot channel, which keeps one waker), so with several waiters, such as the controller's
+/// runner and concurrent reconciles, the others would wait forever. Polling is safe for any
+/// number of waiters, and costs nothing once the store is ready.
+pub async fn store_ready<K>(store: &kube::runtime::reflector::Store<K>)
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    use futures::FutureExt;
+    while store.wait_until_ready().now_or_never().is_none() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A tick every `interval`, for `reconcile_all_on`.
 pub(crate) fn resync_ticks(interval: Duration) -> impl Stream<Item = ()> + Send {
     futures::stream::unfold(
@@ -125,7 +182,18 @@ pub(crate) fn resync_ticks(interval: Duration) -> impl Stream<Item = ()> + Send 
 /// Runs the configured controllers until `shutdown` completes; each then finishes the
 /// reconciles it has in flight.
 pub async fn run(client: Client, config: RunConfig, shutdown: impl Future<Output = ()> + Send + 'static) {
-    let shared = Shared::new(client, config);
+    run_with(client, config, Telemetry::new(Default::default()), shutdown).await
+}
+
+/// [`run`], reporting to `telemetry`.
+pub async fn run_with(
+    client: Client,
+    config: RunConfig,
+    telemetry: Telemetry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let shared = Shared::new(client, config, telemetry);
+    shared.health.starting(shared.config.controllers.iter().map(|c| c.label()));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
@@ -136,7 +204,11 @@ pub async fn run(client: Client, config: RunConfig, shutdown: impl Future<Output
     let mut controllers = Vec::new();
     for name in &shared.config.controllers {
         let controller = match name {
+            ControllerName::Network => tokio::spawn(network::run(shared.clone(), stopped())),
             ControllerName::Foo => tokio::spawn(foo::run(shared.clone(), stopped())),
+            ControllerName::MyCustomResource => {
+                tokio::spawn(my_custom_resource::run(shared.clone(), stopped()))
+            }
         };
         controllers.push(controller);
     }
@@ -145,4 +217,5 @@ pub async fn run(client: Client, config: RunConfig, shutdown: impl Future<Output
     for controller in controllers {
         let _ = controller.await;
     }
+    shared.health.stopped();
 }

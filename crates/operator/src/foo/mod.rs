@@ -37,6 +37,9 @@ use crate::index::Index;
 use crate::{FIELD_MANAGER, Shared, events};
 use status::Observed;
 
+/// The controller's name in metrics and readiness reports.
+const CONTROLLER: &str = "foo";
+
 /// What can go wrong in a Foo reconcile. The variant names are the reasons in logs and
 /// metrics; every one of them is retried with per-object backoff.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +87,7 @@ impl Error {
 /// What every Foo reconcile shares.
 pub struct Context {
     client: kube::Client,
+    metrics: Arc<crate::metrics::Metrics>,
     recorder: Recorder,
     /// The operator's Deployments, by namespace and name.
     deployments: Store<Deployment>,
@@ -98,6 +102,7 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
     let (foo_store, foo_writer) = reflector::store();
     let foo_events = watcher(foos, watcher::Config::default())
         .default_backoff()
+        .inspect(shared.metrics.watch_observer("foos"))
         .modify(|foo| foo.managed_fields_mut().clear())
         .reflect(foo_writer)
         .applied_objects()
@@ -113,6 +118,7 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
         watcher::Config::default().labels(&selector),
     )
     .default_backoff()
+    .inspect(shared.metrics.watch_observer("deployments"))
     .modify(|d| d.managed_fields_mut().clear())
     .inspect_ok(move |event| index.apply(event))
     .reflect(deployment_writer)
@@ -120,10 +126,18 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
 
     let context = Arc::new(Context {
         client: shared.client.clone(),
+        metrics: shared.metrics.clone(),
         recorder: Recorder::new(shared.client.clone(), shared.reporter.clone()),
         deployments: deployment_store,
         owned,
         backoff: Backoff::default(),
+    });
+    let health = shared.health.clone();
+    let (foos_synced, deployments_synced) = (foo_store.clone(), context.deployments.clone());
+    tokio::spawn(async move {
+        crate::store_ready(&foos_synced).await;
+        crate::store_ready(&deployments_synced).await;
+        health.synced(CONTROLLER);
     });
     let mut controller = Controller::for_stream(foo_events, foo_store)
         .owns_stream(deployment_events)
@@ -153,10 +167,13 @@ fn controlling_foo_uid(deployment: &Deployment) -> Vec<String> {
 
 async fn reconcile(foo: Arc<Foo>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Before the Deployment cache is filled, every Deployment would look missing.
-    let _ = ctx.deployments.wait_until_ready().await;
+    crate::store_ready(&ctx.deployments).await;
+    let timer = ctx.metrics.reconcile(CONTROLLER);
     let result = sync(&foo, &ctx).await;
+    timer.finish(result.as_ref().map(|_| ()).map_err(Error::reason));
     if result.is_ok() {
         ctx.backoff.reset(&ObjectRef::from_obj(&*foo));
+        ctx.metrics.set_awaiting_retry(CONTROLLER, ctx.backoff.len());
     }
     result
 }
@@ -166,6 +183,7 @@ fn error_policy(foo: Arc<Foo>, error: &Error, ctx: Arc<Context>) -> Action {
         .backoff
         .next_delay(ObjectRef::from_obj(&*foo))
         .min(error.max_delay());
+    ctx.metrics.set_awaiting_retry(CONTROLLER, ctx.backoff.len());
     tracing::warn!(foo = %status::describe(&foo), reason = error.reason(), %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }

@@ -5,5 +5,9 @@
 
 mod api;
 mod cluster;
+mod deploy;
 mod foo;
+mod process;
+mod my_custom_resource;
+mod network;
 mod support;

@@ -95,3 +95,42 @@ pub async fn wait_for_event(client: &Client, namespace: &str, name: &str, reason
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The operator's ServiceAccount, as the apiserver names it.
+pub const OPERATOR_USER: &str = "system:serviceaccount:sample-operator:sample-operator";
+
+/// Installs the operator's namespace, ServiceAccount and RBAC from `deploy/operator/`.
+pub async fn install_operator_rbac(client: &Client) {
+    for manifest in [
+        include_str!("../../../../deploy/operator/namespace.yaml"),
+        include_str!("../../../../deploy/operator/serviceaccount.yaml"),
+        include_str!("../../../../deploy/operator/rbac.yaml"),
+    ] {
+        testing::apply_manifest(client, manifest).await.expect("operator RBAC applies");
+    }
+}
+
+/// A client configuration that acts as the operator's ServiceAccount, so that what the
+/// operator does in a test is exactly what deploy/operator/rbac.yaml allows.
+pub async fn operator_config(client: &Client) -> kube::Config {
+    install_operator_rbac(client).await;
+    let mut config = testing::config().await;
+    config.auth_info.impersonate = Some(OPERATOR_USER.into());
+    config.auth_info.impersonate_groups =
+        Some(vec!["system:serviceaccounts".into(), "system:serviceaccounts:sample-operator".into(), "system:authenticated".into()]);
+    config
+}
+
+/// A kubeconfig file for the operator binary that acts as its ServiceAccount.
+pub async fn operator_kubeconfig(client: &Client, dir: &std::path::Path) -> std::path::PathBuf {
+    install_operator_rbac(client).await;
+    let admin = local_cluster::LocalCluster::default().kubeconfig();
+    let mut kubeconfig: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&admin).expect("the local cluster's kubeconfig")).expect("YAML");
+    let user = &mut kubeconfig["users"][0]["user"];
+    user["as"] = OPERATOR_USER.into();
+    user["as-groups"] = serde_yaml::to_value(["system:serviceaccounts", "system:serviceaccounts:sample-operator", "system:authenticated"]).expect("groups");
+    let path = dir.join("operator.kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&kubeconfig).expect("YAML")).expect("write kubeconfig");
+    path
+}

@@ -1,0 +1,472 @@
+//! The Multus backend: each Network becomes a NetworkAttachmentDefinition (`k8s.cni.cncf.io/v1`)
+//! of the same name and namespace, controlled by the Network through an owner reference, whose
+//! `spec.config` is a CNI configuration for a bridge with host-local IPAM on the Network's
+//! prefix and gateway. Pods then attach to it with the annotation
+//! `k8s.v1.cni.cncf.io/networks: <name>`.
+//!
+//! The NetworkAttachmentDefinition is built whole ([`desired`], a pure function) and
+//! server-side applied, only when a field the operator manages differs from the cached object
+//! ([`needs_apply`]); the controller watches the NetworkAttachmentDefinitions it labelled, so a
+//! hand edit is reverted at once. The CRD belongs to Multus and may be missing: creating then
+//! fails with 404 and the Network reports `BackendUnavailable` until it is installed.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::TypeMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use sample_operator_api::{Addressing, BackendReference, Network};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::{BackendError, Ensured, NetworkBackend};
+use crate::FIELD_MANAGER;
+
+pub const GROUP: &str = "k8s.cni.cncf.io";
+pub const VERSION: &str = "v1";
+pub const KIND: &str = "NetworkAttachmentDefinition";
+pub const PLURAL: &str = "network-attachment-definitions";
+/// The name of Multus' CRD.
+pub const CRD_NAME: &str = "network-attachment-definitions.k8s.cni.cncf.io";
+/// `status.backend.provider` of Networks this backend holds.
+pub const PROVIDER: &str = "multus";
+/// On every NetworkAttachmentDefinition the operator creates (as on its Deployments); the
+/// watch selects on it, so the cache holds only the operator's own.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "sample-operator";
+/// The CNI specification version of the generated configuration; the reference `bridge` and
+/// `host-local` plugins support it since plugins v1.0.
+pub const CNI_VERSION: &str = "1.0.0";
+
+/// A Multus NetworkAttachmentDefinition: the part of it this operator reads and writes.
+/// Written by hand rather than derived so that it deserialises whatever Multus accepts: its
+/// schema makes neither `spec` nor `spec.config` required.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetworkAttachmentDefinition {
+    #[serde(flatten, default)]
+    pub types: Option<TypeMeta>,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: NetworkAttachmentDefinitionSpec,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkAttachmentDefinitionSpec {
+    /// A JSON CNI configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+}
+
+impl Resource for NetworkAttachmentDefinition {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        KIND.into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        VERSION.into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        PLURAL.into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The label selector of the operator's NetworkAttachmentDefinitions.
+pub fn selector() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY}")
+}
+
+/// The name of the Linux bridge of a Network. Interface names have at most 15 bytes and a
+/// Network's namespace and name together up to 316, so the name is a hash of both: stable
+/// across restarts and versions (FNV-1a, not std's hasher, whose output may change), and one
+/// bridge, one layer-2 segment, per Network.
+pub fn bridge_name(namespace: &str, name: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in namespace.bytes().chain([b'/']).chain(name.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    // "br-" and 12 hex digits: 15 bytes.
+    format!("br-{:012x}", hash >> 16)
+}
+
+/// The CNI configuration of a Network: a bridge of its own that holds the gateway address
+/// (`isGateway`), and host-local IPAM handing out the rest of the prefix. No default route:
+/// this is a secondary network, the pod's primary one keeps it.
+pub fn cni_config(namespace: &str, name: &str, addressing: &Addressing) -> String {
+    let config = json!({
+        "cniVersion": CNI_VERSION,
+        "name": name,
+        "type": "bridge",
+        "bridge": bridge_name(namespace, name),
+        "isGateway": true,
+        "ipam": {
+            "type": "host-local",
+            "ranges": [[{
+                "subnet": addressing.prefix.to_string(),
+                "gateway": addressing.gateway.to_string(),
+            }]],
+        },
+    });
+    // Serialising a `Value` cannot fail; its keys come out in a stable order, so an unchanged
+    // Network yields the identical string and needs no write.
+    serde_json::to_string_pretty(&config).unwrap_or_else(|_| config.to_string())
+}
+
+/// The whole NetworkAttachmentDefinition a Network wants, to be server-side applied: every
+/// field in it is one the operator manages, and nothing else. `owner` is the Network's
+/// controller owner reference.
+pub fn desired(
+    network: &Network,
+    addressing: &Addressing,
+    owner: OwnerReference,
+) -> NetworkAttachmentDefinition {
+    let name = network.name_any();
+    let namespace = network.namespace().unwrap_or_default();
+    NetworkAttachmentDefinition {
+        types: Some(TypeMeta {
+            api_version: NetworkAttachmentDefinition::api_version(&()).into_owned(),
+            kind: KIND.into(),
+        }),
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace.clone()),
+            labels: Some(BTreeMap::from([(MANAGED_BY_LABEL.into(), MANAGED_BY.into())])),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: NetworkAttachmentDefinitionSpec {
+            config: Some(cni_config(&namespace, &name, addressing)),
+        },
+    }
+}
+
+/// Whether `nad` has a controller owner reference to the object with `uid`.
+pub fn is_controlled_by(nad: &NetworkAttachmentDefinition, uid: &str) -> bool {
+    nad.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+/// Whether `observed` differs from `desired` in a field the operator manages. Fields others
+/// manage (an added label or annotation) do not count: they are left alone.
+pub fn needs_apply(desired: &NetworkAttachmentDefinition, observed: &NetworkAttachmentDefinition) -> bool {
+    let owner_missing = desired
+        .owner_references()
+        .iter()
+        .any(|o| !observed.owner_references().contains(o));
+    let label_missing = desired
+        .labels()
+        .iter()
+        .any(|(k, v)| observed.labels().get(k) != Some(v));
+    owner_missing || label_missing || desired.spec.config != observed.spec.config
+}
+
+/// The Multus backend: the API for writes, the cache of the operator's own
+/// NetworkAttachmentDefinitions for reads.
+pub struct Multus {
+    client: kube::Client,
+    cache: Store<NetworkAttachmentDefinition>,
+}
+
+impl Multus {
+    pub fn new(client: kube::Client, cache: Store<NetworkAttachmentDefinition>) -> Self {
+        Self { client, cache }
+    }
+
+    fn api(&self, namespace: &str) -> Api<NetworkAttachmentDefinition> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// The operator's NetworkAttachmentDefinition of that name: from the cache once its first
+    /// list is complete, else from the API. The cache never completes while the CRD is
+    /// missing, and the controller must not wait for it then.
+    async fn observed(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<NetworkAttachmentDefinition>>, BackendError> {
+        let cache_ready = self
+            .cache
+            .wait_until_ready()
+            .now_or_never()
+            .is_some_and(|r| r.is_ok());
+        if cache_ready {
+            return Ok(self.cache.get(&ObjectRef::new(name).within(namespace)));
+        }
+        match self.api(namespace).get_opt(name).await {
+            Ok(found) => Ok(found.map(Arc::new)),
+            // No such resource: while the API group is unknown the apiserver answers a plain
+            // 404 (not a NotFound status, which `get_opt` maps to `None`). Nothing there
+            // either way; creating it says whether the CRD is missing.
+            Err(e) if is_status(&e, 404) => Ok(None),
+            Err(source) => Err(BackendError::Request {
+                action: "reading NetworkAttachmentDefinition",
+                source,
+            }),
+        }
+    }
+}
+
+fn unavailable() -> BackendError {
+    BackendError::Unavailable(format!(
+        "the {KIND} CRD ({CRD_NAME}) is not installed: install Multus, or at least its CRD"
+    ))
+}
+
+fn not_owned(name: &str) -> BackendError {
+    BackendError::NotOwned(format!(
+        "{KIND} {name:?} already exists and is not managed by Network"
+    ))
+}
+
+fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == code)
+}
+
+impl NetworkBackend for Multus {
+    async fn ensure(&self, network: &Network, addressing: &Addressing) -> Result<Ensured, BackendError> {
+        let namespace = network
+            .namespace()
+            .ok_or(BackendError::MissingObjectKey("namespace"))?;
+        let uid = network.uid().ok_or(BackendError::MissingObjectKey("uid"))?;
+        let owner = network
+            .controller_owner_ref(&())
+            .ok_or(BackendError::MissingObjectKey("name"))?;
+        let name = network.name_any();
+        let api = self.api(&namespace);
+        let desired = desired(network, addressing, owner);
+        let ensured = |changed| Ensured {
+            changed,
+            reference: BackendReference {
+                provider: PROVIDER.into(),
+                id: name.clone(),
+            },
+            description: format!("{KIND} {name:?}"),
+        };
+
+        let observed = match self.observed(&namespace, &name).await? {
+            Some(cached) => cached,
+            // Not among the operator's own: create it. If one of that name exists (someone
+            // else's, or ours with its label removed), the create says so and it is read.
+            None => {
+                let params = PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                };
+                match api.create(&params, &desired).await {
+                    Ok(_) => return Ok(ensured(true)),
+                    Err(e) if is_status(&e, 409) => {
+                        Arc::new(api.get(&name).await.map_err(|source| BackendError::Request {
+                            action: "reading NetworkAttachmentDefinition",
+                            source,
+                        })?)
+                    }
+                    // The namespace exists (the Network is in it), so the resource does not.
+                    Err(e) if is_status(&e, 404) => return Err(unavailable()),
+                    Err(source) => {
+                        return Err(BackendError::Request {
+                            action: "creating NetworkAttachmentDefinition",
+                            source,
+                        });
+                    }
+                }
+            }
+        };
+        if !is_controlled_by(&observed, &uid) {
+            return Err(not_owned(&name));
+        }
+        if !needs_apply(&desired, &observed) {
+            return Ok(ensured(false));
+        }
+        // The uid makes the apply conditional on the object checked above: if it was replaced
+        // in between by someone else's, the apiserver refuses instead of taking it over.
+        let mut patch = desired;
+        patch.metadata.uid = observed.metadata.uid.clone();
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| BackendError::Request {
+            action: "applying NetworkAttachmentDefinition",
+            source,
+        })?;
+        Ok(ensured(true))
+    }
+
+    async fn remove(&self, network: &Network) -> Result<bool, BackendError> {
+        // Without a uid the Network cannot own anything.
+        let (Some(namespace), Some(uid)) = (network.namespace(), network.uid()) else {
+            return Ok(false);
+        };
+        let name = network.name_any();
+        let Some(observed) = self.observed(&namespace, &name).await? else {
+            return Ok(false);
+        };
+        if !is_controlled_by(&observed, &uid) {
+            return Ok(false);
+        }
+        let params = DeleteParams {
+            // Only the object that was checked: never a same-named successor.
+            preconditions: Some(Preconditions {
+                uid: observed.uid(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match self.api(&namespace).delete(&name, &params).await {
+            Ok(_) => Ok(true),
+            // Gone already, or replaced by an object that is not the one checked.
+            Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(false),
+            Err(source) => Err(BackendError::Request {
+                action: "deleting NetworkAttachmentDefinition",
+                source,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sample_operator_api::NetworkSpec;
+
+    fn network(cidr: &str, gateway: &str) -> (Network, Addressing) {
+        let mut network = Network::new(
+            "blue",
+            NetworkSpec {
+                cidr: cidr.into(),
+                gateway: gateway.into(),
+            },
+        );
+        network.metadata.namespace = Some("tenant".into());
+        network.metadata.uid = Some("uid-1".into());
+        let addressing = network.validate().unwrap();
+        (network, addressing)
+    }
+
+    fn build(cidr: &str, gateway: &str) -> NetworkAttachmentDefinition {
+        let (network, addressing) = network(cidr, gateway);
+        let owner = network.controller_owner_ref(&()).unwrap();
+        desired(&network, &addressing, owner)
+    }
+
+    fn config(nad: &NetworkAttachmentDefinition) -> serde_json::Value {
+        serde_json::from_str(nad.spec.config.as_deref().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn builds_a_bridge_with_host_local_ipam_on_the_prefix() {
+        let nad = build("192.168.0.1/16", "192.168.0.1");
+        assert_eq!(nad.metadata.name.as_deref(), Some("blue"));
+        assert_eq!(nad.metadata.namespace.as_deref(), Some("tenant"));
+        assert_eq!(
+            nad.labels().get(MANAGED_BY_LABEL).map(String::as_str),
+            Some(MANAGED_BY)
+        );
+        let owner = &nad.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("Network", "uid-1", Some(true))
+        );
+        assert!(is_controlled_by(&nad, "uid-1"));
+        assert!(!is_controlled_by(&nad, "uid-2"));
+        assert_eq!(
+            config(&nad),
+            json!({
+                "cniVersion": "1.0.0",
+                "name": "blue",
+                "type": "bridge",
+                "bridge": bridge_name("tenant", "blue"),
+                "isGateway": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{ "subnet": "192.168.0.0/16", "gateway": "192.168.0.1" }]],
+                },
+            })
+        );
+        let wire = serde_json::to_value(&nad).unwrap();
+        assert_eq!(wire["apiVersion"], "k8s.cni.cncf.io/v1");
+        assert_eq!(wire["kind"], "NetworkAttachmentDefinition");
+    }
+
+    #[test]
+    fn ipv6_addresses_are_written_canonically() {
+        let nad = build("FD00:1::5/64", "FD00:1::1");
+        let range = &config(&nad)["ipam"]["ranges"][0][0];
+        assert_eq!(range["subnet"], "fd00:1::/64");
+        assert_eq!(range["gateway"], "fd00:1::1");
+    }
+
+    #[test]
+    fn bridge_names_fit_an_interface_name_and_differ_per_network() {
+        let long = "x".repeat(253);
+        for (namespace, name) in [("a", "b"), ("tenant", "blue"), (long.as_str(), long.as_str())] {
+            let bridge = bridge_name(namespace, name);
+            assert_eq!(bridge.len(), 15, "{bridge}");
+            assert_eq!(bridge, bridge_name(namespace, name), "stable");
+        }
+        assert_ne!(bridge_name("a", "bc"), bridge_name("ab", "c"));
+        assert_ne!(bridge_name("tenant", "blue"), bridge_name("other", "blue"));
+    }
+
+    #[test]
+    fn a_matching_definition_needs_no_write_and_others_fields_are_not_drift() {
+        let want = build("10.0.0.0/24", "10.0.0.1");
+        assert!(!needs_apply(&want, &want));
+        let mut have = want.clone();
+        have.labels_mut().insert("team".into(), "payments".into());
+        have.annotations_mut().insert("note".into(), "hi".into());
+        assert!(!needs_apply(&want, &have));
+    }
+
+    #[test]
+    fn managed_fields_changed_by_hand_are_drift() {
+        let want = build("10.0.0.0/24", "10.0.0.1");
+        let edits: [fn(&mut NetworkAttachmentDefinition); 4] = [
+            |n| n.spec.config = Some(r#"{"type":"macvlan"}"#.into()),
+            |n| n.spec.config = None,
+            |n| {
+                n.labels_mut().remove(MANAGED_BY_LABEL);
+            },
+            |n| n.metadata.owner_references = None,
+        ];
+        for (i, edit) in edits.iter().enumerate() {
+            let mut have = want.clone();
+            edit(&mut have);
+            assert!(needs_apply(&want, &have), "edit {i} went unnoticed");
+        }
+        // A changed Network is drift too.
+        assert!(needs_apply(&build("10.0.1.0/24", "10.0.1.1"), &want));
+    }
+
+    #[test]
+    fn reads_a_definition_without_spec() {
+        let nad: NetworkAttachmentDefinition = serde_json::from_value(json!({
+            "apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": { "name": "bare" },
+        }))
+        .unwrap();
+        assert_eq!(nad.spec.config, None);
+    }
+}

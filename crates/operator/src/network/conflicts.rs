@@ -1,0 +1,455 @@
+//! Overlapping prefixes: who keeps a prefix, and whom a change concerns.
+//!
+//! Within a namespace (a tenant) the prefixes of Networks must not overlap; across namespaces
+//! they may. When two overlap, the older Network (by creation time, then name) keeps working and
+//! the newer one is refused. A Network's standing depends only on the older Networks that
+//! overlap it, whether or not those are refused themselves, so a decision never cascades: when a
+//! Network appears, changes its prefix or goes away, only the newer Networks overlapping its old
+//! or its new prefix can change theirs, and [`PrefixIndex::apply`] returns exactly those.
+//!
+//! The index is kept from the Network watch stream. Per namespace it holds the prefixes in a
+//! sorted map keyed by (family, first address, length), so the Networks overlapping a prefix are
+//! found without a scan: the wider prefixes containing it by one exact lookup per shorter
+//! length, and the prefix itself and the narrower ones inside it by one range of the map.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::Event;
+use sample_operator_api::Network;
+use sample_operator_api::ip::{IpFamily, IpPrefix};
+
+/// A Network in the order that decides conflicts: earlier creation first, then name. The
+/// apiserver stamps creation in whole seconds, so ties are common and the name settles them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Claimant {
+    pub created: Timestamp,
+    pub name: String,
+}
+
+impl Claimant {
+    pub fn of(network: &Network) -> Self {
+        Self {
+            created: network
+                .creation_timestamp()
+                .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
+            name: network.name_any(),
+        }
+    }
+}
+
+/// An older Network whose prefix overlaps: the one that keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Overlap {
+    pub name: String,
+    pub prefix: IpPrefix,
+}
+
+/// The Network that a Network with `me` must yield to among `overlapping` (the Networks whose
+/// prefixes overlap its own): the oldest of those older than it, if any.
+pub fn winner_over<'a>(
+    me: &Claimant,
+    overlapping: impl IntoIterator<Item = (&'a Claimant, IpPrefix)>,
+) -> Option<Overlap> {
+    overlapping
+        .into_iter()
+        .filter(|(claimant, _)| *claimant < me)
+        .min_by(|a, b| a.0.cmp(b.0))
+        .map(|(claimant, prefix)| Overlap {
+            name: claimant.name.clone(),
+            prefix,
+        })
+}
+
+/// What a Network claims: a prefix in a namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Claim {
+    namespace: String,
+    prefix: IpPrefix,
+    claimant: Claimant,
+}
+
+impl Claim {
+    /// `None` for a Network that claims nothing: one with an invalid spec, or one being deleted
+    /// (its prefix is released as soon as deletion is asked for, so that the Networks it blocked
+    /// recover while its cleanup runs).
+    fn of(network: &Network) -> Option<Self> {
+        if network.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        Some(Self {
+            namespace: network.namespace()?,
+            prefix: network.validate().ok()?.prefix,
+            claimant: Claimant::of(network),
+        })
+    }
+
+    fn object_ref(&self, claimant: &Claimant) -> ObjectRef<Network> {
+        ObjectRef::new(&claimant.name).within(&self.namespace)
+    }
+}
+
+/// Sorts a namespace's prefixes by family, then first address, then length: the prefixes
+/// inside one come right after it.
+type Key = (IpFamily, u128, u8);
+
+fn key(prefix: &IpPrefix) -> Key {
+    (prefix.family(), prefix.range().0, prefix.prefix_len())
+}
+
+/// The Networks claiming one prefix (more than one when their prefixes are equal).
+struct Holders {
+    prefix: IpPrefix,
+    claimants: BTreeSet<Claimant>,
+}
+
+#[derive(Default)]
+struct State {
+    namespaces: HashMap<String, BTreeMap<Key, Holders>>,
+    /// What each Network claims, to move or drop its claim.
+    claims: HashMap<ObjectRef<Network>, Claim>,
+}
+
+impl State {
+    fn insert(&mut self, obj_ref: ObjectRef<Network>, claim: Claim) {
+        self.namespaces
+            .entry(claim.namespace.clone())
+            .or_default()
+            .entry(key(&claim.prefix))
+            .or_insert_with(|| Holders {
+                prefix: claim.prefix,
+                claimants: BTreeSet::new(),
+            })
+            .claimants
+            .insert(claim.claimant.clone());
+        self.claims.insert(obj_ref, claim);
+    }
+
+    fn remove(&mut self, obj_ref: &ObjectRef<Network>) -> Option<Claim> {
+        let claim = self.claims.remove(obj_ref)?;
+        if let Some(prefixes) = self.namespaces.get_mut(&claim.namespace) {
+            let key = key(&claim.prefix);
+            if let Some(holders) = prefixes.get_mut(&key) {
+                holders.claimants.remove(&claim.claimant);
+                if holders.claimants.is_empty() {
+                    prefixes.remove(&key);
+                }
+            }
+            if prefixes.is_empty() {
+                self.namespaces.remove(&claim.namespace);
+            }
+        }
+        Some(claim)
+    }
+
+    /// Every claim in `namespace` whose prefix overlaps `prefix`.
+    fn overlapping(&self, namespace: &str, prefix: &IpPrefix) -> Vec<(&Claimant, IpPrefix)> {
+        let Some(prefixes) = self.namespaces.get(namespace) else {
+            return Vec::new();
+        };
+        // Wider prefixes containing this one: each is this one truncated to its length.
+        let wider = (0..prefix.prefix_len()).filter_map(|len| prefixes.get(&key(&prefix.truncate(len))));
+        // This prefix and the narrower ones inside it: they start within its range, at its
+        // length or longer. (A wider one starting there starts at its first address with a
+        // shorter length, which sorts before the range.)
+        let (first, last) = prefix.range();
+        let (family, len) = (prefix.family(), prefix.prefix_len());
+        let inside = prefixes
+            .range((family, first, len)..=(family, last, u8::MAX))
+            .map(|(_, holders)| holders);
+        wider
+            .chain(inside)
+            .flat_map(|holders| holders.claimants.iter().map(|c| (c, holders.prefix)))
+            .collect()
+    }
+
+    /// The Networks newer than `claim`'s that overlap its prefix: the ones whose decision a
+    /// change of `claim` may alter.
+    fn newer_overlapping(&self, claim: &Claim) -> Vec<ObjectRef<Network>> {
+        self.overlapping(&claim.namespace, &claim.prefix)
+            .into_iter()
+            .filter(|(claimant, _)| **claimant > claim.claimant)
+            .map(|(claimant, _)| claim.object_ref(claimant))
+            .collect()
+    }
+}
+
+/// The index of claimed prefixes, shared; clones see the same state.
+#[derive(Clone, Default)]
+pub struct PrefixIndex {
+    live: Arc<RwLock<State>>,
+    /// The state being rebuilt during a re-list, and whether a first list completed.
+    building: Arc<Mutex<(Option<State>, bool)>>,
+}
+
+impl PrefixIndex {
+    /// Follows one watcher event (call it for every event of the stream, in order) and returns
+    /// the Networks whose conflict decision the event may have changed, other than the one it
+    /// is about (which its own event reconciles).
+    pub fn apply(&self, event: &Event<Network>) -> Vec<ObjectRef<Network>> {
+        match event {
+            Event::Apply(network) => {
+                let obj_ref = ObjectRef::from_obj(network);
+                let mut state = self.live.write().unwrap_or_else(|e| e.into_inner());
+                let old = state.remove(&obj_ref);
+                let new = Claim::of(network);
+                if let Some(claim) = new.clone() {
+                    state.insert(obj_ref.clone(), claim);
+                }
+                if old == new {
+                    return Vec::new();
+                }
+                let affected: HashSet<_> = old
+                    .iter()
+                    .chain(new.iter())
+                    .flat_map(|claim| state.newer_overlapping(claim))
+                    .filter(|r| *r != obj_ref)
+                    .collect();
+                affected.into_iter().collect()
+            }
+            Event::Delete(network) => {
+                let mut state = self.live.write().unwrap_or_else(|e| e.into_inner());
+                match state.remove(&ObjectRef::from_obj(network)) {
+                    Some(old) => state.newer_overlapping(&old),
+                    None => Vec::new(),
+                }
+            }
+            Event::Init => {
+                self.building.lock().unwrap_or_else(|e| e.into_inner()).0 = Some(State::default());
+                Vec::new()
+            }
+            Event::InitApply(network) => {
+                let mut building = self.building.lock().unwrap_or_else(|e| e.into_inner());
+                if let (Some(state), Some(claim)) = (building.0.as_mut(), Claim::of(network)) {
+                    state.insert(ObjectRef::from_obj(network), claim);
+                }
+                Vec::new()
+            }
+            Event::InitDone => {
+                let mut building = self.building.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(new_state) = building.0.take() else {
+                    return Vec::new();
+                };
+                let relist = std::mem::replace(&mut building.1, true);
+                let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
+                let old_state = std::mem::replace(&mut *live, new_state);
+                // After the first list every Network is reconciled anyway. After a re-list
+                // (the watch was lost for a while), the Networks that changed or vanished in
+                // between concern their newer neighbours, as single events would have.
+                if !relist {
+                    return Vec::new();
+                }
+                let refs: HashSet<_> = old_state.claims.keys().chain(live.claims.keys()).collect();
+                let mut affected = HashSet::new();
+                for obj_ref in refs {
+                    let (old, new) = (old_state.claims.get(obj_ref), live.claims.get(obj_ref));
+                    if old == new {
+                        continue;
+                    }
+                    for claim in old.into_iter().chain(new) {
+                        affected.extend(live.newer_overlapping(claim).into_iter().filter(|r| r != obj_ref));
+                    }
+                }
+                affected.into_iter().collect()
+            }
+        }
+    }
+
+    /// The Network that `network` (with `prefix`, its validated one) must yield to: the oldest
+    /// older Network of its namespace whose prefix overlaps.
+    pub fn winner_over(&self, network: &Network, prefix: &IpPrefix) -> Option<Overlap> {
+        let namespace = network.namespace()?;
+        let me = Claimant::of(network);
+        let state = self.live.read().unwrap_or_else(|e| e.into_inner());
+        let overlapping = state.overlapping(&namespace, prefix);
+        winner_over(
+            &me,
+            overlapping
+                .into_iter()
+                .filter(|(claimant, _)| claimant.name != me.name),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use sample_operator_api::NetworkSpec;
+
+    /// A Network created `second` seconds after the epoch.
+    fn net(namespace: &str, name: &str, cidr: &str, second: i64) -> Network {
+        let gateway = IpPrefix::parse(cidr).unwrap().network().to_string();
+        let mut network = Network::new(
+            name,
+            NetworkSpec {
+                cidr: cidr.into(),
+                gateway,
+            },
+        );
+        network.metadata.namespace = Some(namespace.into());
+        network.metadata.creation_timestamp = Some(Time(Timestamp::from_second(second).unwrap()));
+        network
+    }
+
+    fn winner(index: &PrefixIndex, network: &Network) -> Option<String> {
+        let prefix = network.validate().unwrap().prefix;
+        index.winner_over(network, &prefix).map(|o| o.name)
+    }
+
+    fn names(mut refs: Vec<ObjectRef<Network>>) -> Vec<String> {
+        refs.sort_by(|a, b| a.name.cmp(&b.name));
+        refs.into_iter().map(|r| r.name).collect()
+    }
+
+    #[test]
+    fn the_older_keeps_the_prefix_and_the_name_breaks_ties() {
+        let me = Claimant {
+            created: Timestamp::from_second(10).unwrap(),
+            name: "m".into(),
+        };
+        let p = IpPrefix::parse("10.0.0.0/8").unwrap();
+        let older = Claimant {
+            created: Timestamp::from_second(5).unwrap(),
+            name: "z".into(),
+        };
+        let oldest = Claimant {
+            created: Timestamp::from_second(1).unwrap(),
+            name: "y".into(),
+        };
+        let tie_first = Claimant {
+            created: me.created,
+            name: "a".into(),
+        };
+        let tie_after = Claimant {
+            created: me.created,
+            name: "n".into(),
+        };
+        let newer = Claimant {
+            created: Timestamp::from_second(11).unwrap(),
+            name: "b".into(),
+        };
+        assert_eq!(winner_over(&me, [(&newer, p), (&tie_after, p)]), None);
+        assert_eq!(
+            winner_over(&me, [(&tie_first, p)]).map(|o| o.name),
+            Some("a".into())
+        );
+        assert_eq!(
+            winner_over(&me, [(&older, p), (&newer, p), (&oldest, p)]).map(|o| o.name),
+            Some("y".into())
+        );
+    }
+
+    #[test]
+    fn finds_wider_equal_and_narrower_prefixes_in_the_same_namespace_only() {
+        let index = PrefixIndex::default();
+        let nets = [
+            net("a", "wide", "10.0.0.0/8", 1),
+            net("a", "same", "10.1.0.0/16", 2),
+            net("a", "inside", "10.1.2.0/24", 3),
+            net("a", "beside", "10.2.0.0/16", 4),
+            net("a", "v6", "fd00::/8", 5),
+            net("b", "elsewhere", "10.1.0.0/16", 0),
+        ];
+        for n in &nets {
+            index.apply(&Event::Apply(n.clone()));
+        }
+        let me = net("a", "me", "10.1.0.0/16", 10);
+        let state = index.live.read().unwrap();
+        let mut found: Vec<_> = state
+            .overlapping("a", &me.validate().unwrap().prefix)
+            .into_iter()
+            .map(|(c, p)| format!("{} {p}", c.name))
+            .collect();
+        found.sort();
+        assert_eq!(
+            found,
+            ["inside 10.1.2.0/24", "same 10.1.0.0/16", "wide 10.0.0.0/8"]
+        );
+        drop(state);
+        assert_eq!(winner(&index, &me), Some("wide".into()));
+        // The oldest Network of namespace "b" overlaps nothing of namespace "a".
+        assert_eq!(winner(&index, &net("b", "elsewhere", "10.1.0.0/16", 0)), None);
+        assert_eq!(
+            winner(&index, &net("b", "late", "10.1.0.0/16", 9)),
+            Some("elsewhere".into())
+        );
+        assert_eq!(
+            winner(&index, &net("a", "v6-late", "fd00:1::/64", 9)),
+            Some("v6".into())
+        );
+        assert_eq!(winner(&index, &nets[0]), None, "the oldest yields to no one");
+    }
+
+    #[test]
+    fn a_change_concerns_only_the_newer_overlapping_networks() {
+        let index = PrefixIndex::default();
+        let old = net("a", "old", "10.0.0.0/16", 1);
+        let newer = net("a", "newer", "10.0.1.0/24", 2);
+        let newest = net("a", "newest", "10.5.0.0/16", 3);
+        let older = net("a", "older", "10.0.0.0/24", 0);
+        for n in [&old, &newer, &newest, &older] {
+            index.apply(&Event::Apply(n.clone()));
+        }
+        assert_eq!(winner(&index, &newer), Some("old".into()));
+
+        // Unchanged: nobody to tell.
+        assert!(index.apply(&Event::Apply(old.clone())).is_empty());
+        // Moving "old" concerns the newer ones overlapping where it was and where it goes,
+        // never the older one it overlaps.
+        let moved = net("a", "old", "10.5.0.0/24", 1);
+        assert_eq!(
+            names(index.apply(&Event::Apply(moved.clone()))),
+            ["newer", "newest"]
+        );
+        assert_eq!(winner(&index, &newer), None);
+        assert_eq!(winner(&index, &newest), Some("old".into()));
+
+        // Deletion is asked: the prefix is released at once.
+        let mut deleting = moved.clone();
+        deleting.metadata.deletion_timestamp = deleting.metadata.creation_timestamp.clone();
+        assert_eq!(names(index.apply(&Event::Apply(deleting.clone()))), ["newest"]);
+        assert_eq!(winner(&index, &newest), None);
+        assert!(
+            index.apply(&Event::Delete(deleting)).is_empty(),
+            "already released"
+        );
+
+        // An invalid spec claims nothing.
+        let mut invalid = net("a", "newest", "10.5.0.0/16", 3);
+        invalid.spec.gateway = "192.168.0.1".into();
+        index.apply(&Event::Apply(invalid));
+        let late = net("a", "late", "10.5.0.0/16", 9);
+        assert_eq!(winner(&index, &late), None);
+    }
+
+    #[test]
+    fn a_relist_tells_the_neighbours_of_what_changed_while_the_watch_was_lost() {
+        let index = PrefixIndex::default();
+        let old = net("a", "old", "10.0.0.0/16", 1);
+        let blocked = net("a", "blocked", "10.0.1.0/24", 2);
+        let unrelated = net("a", "unrelated", "10.9.0.0/16", 3);
+        index.apply(&Event::Init);
+        for n in [&old, &blocked, &unrelated] {
+            index.apply(&Event::InitApply(n.clone()));
+        }
+        assert!(
+            index.apply(&Event::InitDone).is_empty(),
+            "the first list reconciles all anyway"
+        );
+        assert_eq!(winner(&index, &blocked), Some("old".into()));
+
+        // "old" was deleted while the watch was down.
+        index.apply(&Event::Init);
+        for n in [&blocked, &unrelated] {
+            index.apply(&Event::InitApply(n.clone()));
+        }
+        // Until the re-list completes, lookups see the old state.
+        assert_eq!(winner(&index, &blocked), Some("old".into()));
+        assert_eq!(names(index.apply(&Event::InitDone)), ["blocked"]);
+        assert_eq!(winner(&index, &blocked), None);
+    }
+}

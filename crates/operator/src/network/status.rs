@@ -1,0 +1,249 @@
+//! The status a Network should show. Pure: computed from the Network and what reconcile found.
+
+use kube::ResourceExt;
+use sample_operator_api::{Addressing, Network, NetworkStatus};
+
+use super::backend::{BackendError, Ensured};
+use super::conflicts::Overlap;
+use crate::conditions;
+
+/// Reasons of the `Ready` condition. Every one but [`SYNCED`](reason::SYNCED) is also the
+/// reason of the Warning event sent when a Network enters it.
+pub mod reason {
+    /// The network is in the backend as the spec says.
+    pub const SYNCED: &str = "Synced";
+    /// The spec breaks a rule of the schema (stored before the rule existed).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// An older Network of the namespace has an overlapping prefix.
+    pub const CIDR_CONFLICT: &str = "CIDRConflict";
+    /// The backend is not there (for Multus: its CRD is not installed).
+    pub const BACKEND_UNAVAILABLE: &str = "BackendUnavailable";
+    /// The backend holds an object of the Network's name that the Network does not own.
+    pub const RESOURCE_EXISTS: &str = "ResourceExists";
+    /// Any other failure of the backend; retried.
+    pub const BACKEND_ERROR: &str = "BackendError";
+}
+
+/// What reconcile found, which decides the status.
+pub enum Observed<'a> {
+    /// The spec is invalid; the message names the field.
+    Invalid(&'a str),
+    /// The prefix overlaps that of an older Network, which keeps it.
+    Conflict(&'a Addressing, &'a Overlap),
+    /// The backend holds the network.
+    Synced(&'a Addressing, &'a Ensured),
+    /// The backend failed.
+    BackendFailed(&'a Addressing, &'a BackendError),
+}
+
+pub fn desired(network: &Network, observed: Observed<'_>) -> NetworkStatus {
+    let previous = network.status.clone().unwrap_or_default();
+    let generation = network.metadata.generation;
+    let (addressing, backend, ready, reason, message) = match observed {
+        Observed::Invalid(message) => (None, None, false, reason::INVALID_SPEC, message.to_owned()),
+        Observed::Conflict(addressing, overlap) => (
+            Some(addressing),
+            None,
+            false,
+            reason::CIDR_CONFLICT,
+            conflict_message(addressing, overlap),
+        ),
+        Observed::Synced(addressing, ensured) => (
+            Some(addressing),
+            Some(ensured.reference.clone()),
+            true,
+            reason::SYNCED,
+            format!("{} is synced to {}", addressing.prefix, ensured.description),
+        ),
+        Observed::BackendFailed(addressing, error) => {
+            let (reason, backend) = match error {
+                BackendError::Unavailable(_) => (reason::BACKEND_UNAVAILABLE, None),
+                BackendError::NotOwned(_) => (reason::RESOURCE_EXISTS, None),
+                // A failed request says nothing about what the backend holds: keep what
+                // was last known.
+                BackendError::MissingObjectKey(_) | BackendError::Request { .. } => {
+                    (reason::BACKEND_ERROR, previous.backend.clone())
+                }
+            };
+            (Some(addressing), backend, false, reason, error.to_string())
+        }
+    };
+    NetworkStatus {
+        observed_generation: generation,
+        prefix: addressing.map(|a| a.prefix.to_string()),
+        family: addressing.map(|a| a.prefix.family()),
+        usable_addresses: addressing.map(|a| a.prefix.usable_addresses().to_string()),
+        backend,
+        conditions: vec![conditions::ready(
+            ready,
+            reason,
+            message,
+            generation,
+            &previous.conditions,
+        )],
+    }
+}
+
+/// The message of a conflict, naming the Network that keeps the prefix.
+pub fn conflict_message(addressing: &Addressing, overlap: &Overlap) -> String {
+    format!(
+        "{} overlaps {} of Network {:?}, which is older and keeps it",
+        addressing.prefix, overlap.prefix, overlap.name
+    )
+}
+
+/// Whether writing `new` would change anything; conditions compare without their timestamps.
+pub fn differs(network: &Network, new: &NetworkStatus) -> bool {
+    let Some(current) = network.status.as_ref() else {
+        return true;
+    };
+    let strip = |s: &NetworkStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            );
+        }
+        s
+    };
+    strip(current) != strip(new)
+}
+
+/// The reason of the current `Ready` condition.
+pub fn current_reason(network: &Network) -> Option<String> {
+    network
+        .status
+        .as_ref()
+        .and_then(|s| conditions::ready_reason(&s.conditions))
+        .map(str::to_owned)
+}
+
+/// Name of the Network, for messages.
+pub fn describe(network: &Network) -> String {
+    format!(
+        "{}/{}",
+        network.namespace().unwrap_or_default(),
+        network.name_any()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sample_operator_api::ip::{IpFamily, IpPrefix};
+    use sample_operator_api::{BackendReference, NetworkSpec};
+
+    fn network(cidr: &str, gateway: &str) -> Network {
+        let mut n = Network::new(
+            "blue",
+            NetworkSpec {
+                cidr: cidr.into(),
+                gateway: gateway.into(),
+            },
+        );
+        n.metadata.generation = Some(3);
+        n
+    }
+
+    fn synced(changed: bool) -> Ensured {
+        Ensured {
+            changed,
+            reference: BackendReference {
+                provider: "multus".into(),
+                id: "blue".into(),
+            },
+            description: r#"NetworkAttachmentDefinition "blue""#.into(),
+        }
+    }
+
+    fn ready(status: &NetworkStatus) -> (&str, &str) {
+        let c = &status.conditions[0];
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn a_synced_network_shows_its_prefix_family_size_and_backend() {
+        let n = network("192.168.0.1/16", "192.168.0.1");
+        let addressing = n.validate().unwrap();
+        let s = desired(&n, Observed::Synced(&addressing, &synced(true)));
+        assert_eq!(ready(&s), ("True", reason::SYNCED));
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.conditions[0].observed_generation, Some(3));
+        assert_eq!(s.prefix.as_deref(), Some("192.168.0.0/16"));
+        assert_eq!(s.family, Some(IpFamily::IPv4));
+        assert_eq!(s.usable_addresses.as_deref(), Some("65534"));
+        assert_eq!(s.backend.as_ref().map(|b| b.id.as_str()), Some("blue"));
+        assert_eq!(
+            s.conditions[0].message,
+            r#"192.168.0.0/16 is synced to NetworkAttachmentDefinition "blue""#
+        );
+
+        let v6 = network("fd00::/64", "fd00::1");
+        let addressing = v6.validate().unwrap();
+        let s = desired(&v6, Observed::Synced(&addressing, &synced(false)));
+        assert_eq!(s.family, Some(IpFamily::IPv6));
+        assert_eq!(s.usable_addresses.as_deref(), Some("18446744073709551615"));
+    }
+
+    #[test]
+    fn a_conflict_names_the_network_that_keeps_the_prefix() {
+        let n = network("10.0.1.0/24", "10.0.1.1");
+        let addressing = n.validate().unwrap();
+        let overlap = Overlap {
+            name: "older".into(),
+            prefix: IpPrefix::parse("10.0.0.0/16").unwrap(),
+        };
+        let s = desired(&n, Observed::Conflict(&addressing, &overlap));
+        assert_eq!(ready(&s), ("False", reason::CIDR_CONFLICT));
+        assert_eq!(
+            s.conditions[0].message,
+            r#"10.0.1.0/24 overlaps 10.0.0.0/16 of Network "older", which is older and keeps it"#
+        );
+        assert_eq!(s.prefix.as_deref(), Some("10.0.1.0/24"));
+        assert_eq!(s.backend, None, "a refused network is not in the backend");
+    }
+
+    #[test]
+    fn an_invalid_spec_shows_no_addressing() {
+        let n = network("10.0.0.0/33", "10.0.0.1");
+        let s = desired(&n, Observed::Invalid("spec.cidr: bad"));
+        assert_eq!(ready(&s), ("False", reason::INVALID_SPEC));
+        assert_eq!(s.conditions[0].message, "spec.cidr: bad");
+        assert_eq!((s.prefix, s.family, s.usable_addresses), (None, None, None));
+    }
+
+    #[test]
+    fn backend_failures_have_their_reason_and_keep_the_backend_only_when_unknown() {
+        let mut n = network("10.0.0.0/24", "10.0.0.1");
+        let addressing = n.validate().unwrap();
+        n.status = Some(desired(&n, Observed::Synced(&addressing, &synced(true))));
+        let unavailable = BackendError::Unavailable("no CRD".into());
+        let s = desired(&n, Observed::BackendFailed(&addressing, &unavailable));
+        assert_eq!(ready(&s), ("False", reason::BACKEND_UNAVAILABLE));
+        assert_eq!(s.conditions[0].message, "no CRD");
+        assert_eq!(s.backend, None);
+        let taken = BackendError::NotOwned("taken".into());
+        let s = desired(&n, Observed::BackendFailed(&addressing, &taken));
+        assert_eq!(ready(&s), ("False", reason::RESOURCE_EXISTS));
+        let failed = BackendError::MissingObjectKey("uid");
+        let s = desired(&n, Observed::BackendFailed(&addressing, &failed));
+        assert_eq!(ready(&s), ("False", reason::BACKEND_ERROR));
+        assert!(s.backend.is_some(), "the last known place is kept");
+    }
+
+    #[test]
+    fn an_unchanged_status_is_not_rewritten() {
+        let mut n = network("10.0.0.0/24", "10.0.0.1");
+        let addressing = n.validate().unwrap();
+        let first = desired(&n, Observed::Synced(&addressing, &synced(true)));
+        assert!(differs(&n, &first));
+        n.status = Some(first);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let again = desired(&n, Observed::Synced(&addressing, &synced(false)));
+        assert!(!differs(&n, &again));
+        n.metadata.generation = Some(4);
+        let next = desired(&n, Observed::Synced(&addressing, &synced(false)));
+        assert!(differs(&n, &next), "a new generation is news");
+        assert_eq!(current_reason(&n).as_deref(), Some(reason::SYNCED));
+    }
+}

@@ -1,0 +1,870 @@
+//! The Network controller on a real cluster: validated networks, conflicts between them, a
+//! Multus NetworkAttachmentDefinition for each, and deletion through a finalizer.
+//!
+//! The NetworkAttachmentDefinition CRD is cluster-wide and one test needs it absent, so every
+//! test that involves it holds [`NadCrd`]: a lock on a file, shared by the tests that need the
+//! CRD installed and exclusive for the one that removes it. A file lock holds across processes,
+//! and several test processes (other suites, other people) share the local cluster.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use local_cluster::testing::{self, TestNamespace};
+use sample_operator::network::backend::multus::{self, NetworkAttachmentDefinition};
+use sample_operator::requests::RequestCounter;
+use sample_operator::{ControllerName, RunConfig, Shared, Telemetry};
+use sample_operator_api::ip::IpFamily;
+use sample_operator_api::{Network, NetworkSpec};
+use serde_json::json;
+
+use crate::support::{Operator, SCHEMA, client_with_crds, events_about, wait_for_event};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// How soon a refused Network recovers once the one it yielded to is gone or moved.
+const RECOVERY: Duration = Duration::from_secs(10);
+const NETWORK_SAMPLE: &str = include_str!("../../../../samples/network.yaml");
+const NAD_CRD: &str = include_str!("../../../../deploy/testing/network-attachment-definition-crd.yaml");
+/// Marks the NetworkAttachmentDefinition CRD as the tests' copy: a cluster's own (a real
+/// Multus, with `SAMPLE_OPERATOR_TEST_CLUSTER=existing`) is never replaced or deleted.
+const TEST_COPY_LABEL: &str = "sample-operator.dev/test";
+
+/// Holds the NetworkAttachmentDefinition CRD in the state a test needs until dropped.
+struct NadCrd {
+    _lock: std::fs::File,
+}
+
+impl NadCrd {
+    /// The CRD is installed, and stays so while this is held.
+    async fn installed(client: &Client) -> Self {
+        let lock = Self::lock(false).await;
+        install_nad_crd(client).await;
+        Self { _lock: lock }
+    }
+
+    /// The CRD is absent while this is held; `None` when the cluster has a CRD of its own
+    /// (a real Multus), which a test must not delete.
+    async fn absent(client: &Client) -> Option<Self> {
+        let lock = Self::lock(true).await;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        if let Some(crd) = crds.get_opt(multus::CRD_NAME).await.unwrap() {
+            if !crd.labels().contains_key(TEST_COPY_LABEL) {
+                eprintln!("the cluster has a NetworkAttachmentDefinition CRD of its own: not deleting it");
+                return None;
+            }
+            // Deleting a CRD deletes every object of it first, then the CRD itself.
+            crds.delete(multus::CRD_NAME, &DeleteParams::default())
+                .await
+                .unwrap();
+            testing::wait_for_deletion(&crds, multus::CRD_NAME, TIMEOUT)
+                .await
+                .unwrap();
+        }
+        Some(Self { _lock: lock })
+    }
+
+    async fn lock(exclusive: bool) -> std::fs::File {
+        let path = std::env::temp_dir().join("sample-operator-nad-crd.lock");
+        tokio::task::spawn_blocking(move || {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)?;
+            if exclusive {
+                file.lock()?;
+            } else {
+                file.lock_shared()?;
+            }
+            Ok::<_, std::io::Error>(file)
+        })
+        .await
+        .unwrap()
+        .expect("the NetworkAttachmentDefinition CRD lock")
+    }
+}
+
+/// Installs the tests' copy of the CRD, unless the cluster has one of its own.
+async fn install_nad_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if let Some(crd) = crds.get_opt(multus::CRD_NAME).await.unwrap()
+        && !crd.labels().contains_key(TEST_COPY_LABEL)
+    {
+        return;
+    }
+    let mut crd: CustomResourceDefinition = serde_yaml::from_str(NAD_CRD).unwrap();
+    crd.labels_mut().insert(TEST_COPY_LABEL.into(), "true".into());
+    testing::install_crds(client, &[crd]).await.unwrap();
+}
+
+fn network(name: &str, cidr: &str, gateway: &str) -> Network {
+    Network::new(
+        name,
+        NetworkSpec {
+            cidr: cidr.into(),
+            gateway: gateway.into(),
+        },
+    )
+}
+
+fn ready(network: &Network) -> Option<(String, String)> {
+    let status = network.status.as_ref()?;
+    let c = sample_operator_api::conditions::find(&status.conditions, "Ready")?;
+    Some((c.status.clone(), c.reason.clone()))
+}
+
+fn message(network: &Network) -> String {
+    network
+        .status
+        .as_ref()
+        .and_then(|s| sample_operator_api::conditions::find(&s.conditions, "Ready"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+fn observed_current(network: &Network) -> bool {
+    network.status.as_ref().and_then(|s| s.observed_generation) == network.metadata.generation
+}
+
+/// Waits until the Network is Ready (synced) for its current generation.
+async fn wait_synced(networks: &Api<Network>, name: &str, timeout: Duration) -> Network {
+    testing::wait_for(networks, name, "Ready and Synced", timeout, |n| {
+        ready(n) == Some(("True".into(), "Synced".into())) && observed_current(n)
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until the Network is not Ready for `reason`, for its current generation.
+async fn wait_refused(networks: &Api<Network>, name: &str, reason: &str, timeout: Duration) -> Network {
+    testing::wait_for(networks, name, reason, timeout, |n| {
+        ready(n) == Some(("False".into(), reason.into())) && observed_current(n)
+    })
+    .await
+    .unwrap()
+}
+
+fn config_of(nad: &NetworkAttachmentDefinition) -> serde_json::Value {
+    serde_json::from_str(nad.spec.config.as_deref().unwrap_or("null")).unwrap()
+}
+
+fn subnet_of(nad: &NetworkAttachmentDefinition) -> String {
+    config_of(nad)["ipam"]["ranges"][0][0]["subnet"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn set_cidr(networks: &Api<Network>, name: &str, cidr: &str, gateway: &str) {
+    let patch = json!({ "spec": { "cidr": cidr, "gateway": gateway } });
+    networks
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_seeds_network_is_synced_to_an_owned_attachment_definition() {
+    let client = client_with_crds().await;
+    let _crd = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "net-basic").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    testing::create_manifest(&client, &ns.name, NETWORK_SAMPLE)
+        .await
+        .unwrap();
+    let networks = ns.api::<Network>();
+
+    let n = wait_synced(&networks, "example-network", TIMEOUT).await;
+    let status = n.status.clone().unwrap();
+    assert_eq!(status.prefix.as_deref(), Some("192.168.0.0/16"));
+    assert_eq!(status.family, Some(IpFamily::IPv4));
+    assert_eq!(status.usable_addresses.as_deref(), Some("65534"));
+    let backend = status.backend.unwrap();
+    assert_eq!(
+        (backend.provider.as_str(), backend.id.as_str()),
+        ("multus", "example-network")
+    );
+    assert_eq!(
+        message(&n),
+        r#"192.168.0.0/16 is synced to NetworkAttachmentDefinition "example-network""#
+    );
+    assert_eq!(n.finalizers(), [sample_operator::network::FINALIZER]);
+
+    let nad = ns
+        .api::<NetworkAttachmentDefinition>()
+        .get("example-network")
+        .await
+        .unwrap();
+    let owner = &nad.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("Network", n.uid().unwrap().as_str(), Some(true))
+    );
+    assert_eq!(
+        nad.labels().get(multus::MANAGED_BY_LABEL).map(String::as_str),
+        Some(multus::MANAGED_BY)
+    );
+    assert_eq!(
+        config_of(&nad),
+        json!({
+            "cniVersion": "1.0.0",
+            "name": "example-network",
+            "type": "bridge",
+            "bridge": multus::bridge_name(&ns.name, "example-network"),
+            "isGateway": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{ "subnet": "192.168.0.0/16", "gateway": "192.168.0.1" }]],
+            },
+        })
+    );
+
+    let synced = wait_for_event(&client, &ns.name, "example-network", "Synced").await;
+    assert_eq!(synced.note.as_deref(), Some("Network synced successfully"));
+    assert_eq!(synced.type_.as_deref(), Some("Normal"));
+    assert_eq!(synced.reporting_controller.as_deref(), Some("sample-operator"));
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn ipv6_and_the_smallest_prefixes_report_their_canonical_form_and_size() {
+    let client = client_with_crds().await;
+    let _crd = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "net-families").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks = ns.api::<Network>();
+    let cases = [
+        // name, cidr, gateway, prefix, family, usable addresses
+        (
+            "v6",
+            "FD00:10::7/64",
+            "fd00:10::1",
+            "fd00:10::/64",
+            IpFamily::IPv6,
+            "18446744073709551615",
+        ),
+        (
+            "v6-wide",
+            "fc00::/8",
+            "fc00::1",
+            "fc00::/8",
+            IpFamily::IPv6,
+            "1329227995784915872903807060280344575",
+        ),
+        (
+            "v6-p2p",
+            "fd00:20::/127",
+            "fd00:20::1",
+            "fd00:20::/127",
+            IpFamily::IPv6,
+            "2",
+        ),
+        (
+            "v4-host-bits",
+            "10.1.2.3/24",
+            "10.1.2.1",
+            "10.1.2.0/24",
+            IpFamily::IPv4,
+            "254",
+        ),
+        (
+            "v4-p2p",
+            "10.9.8.7/31",
+            "10.9.8.6",
+            "10.9.8.6/31",
+            IpFamily::IPv4,
+            "2",
+        ),
+        (
+            "v4-host",
+            "10.9.9.9/32",
+            "10.9.9.9",
+            "10.9.9.9/32",
+            IpFamily::IPv4,
+            "1",
+        ),
+    ];
+    for (name, cidr, gateway, ..) in cases {
+        networks
+            .create(&PostParams::default(), &network(name, cidr, gateway))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let nads = ns.api::<NetworkAttachmentDefinition>();
+    for (name, _, gateway, prefix, family, usable) in cases {
+        let status = wait_synced(&networks, name, TIMEOUT).await.status.unwrap();
+        assert_eq!(status.prefix.as_deref(), Some(prefix), "{name}");
+        assert_eq!(status.family, Some(family), "{name}");
+        assert_eq!(status.usable_addresses.as_deref(), Some(usable), "{name}");
+        let nad = nads.get(name).await.unwrap();
+        assert_eq!(subnet_of(&nad), prefix, "{name}");
+        assert_eq!(
+            config_of(&nad)["ipam"]["ranges"][0][0]["gateway"],
+            gateway,
+            "{name}"
+        );
+    }
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn the_newer_of_two_overlapping_networks_is_refused_until_the_older_is_deleted() {
+    let client = client_with_crds().await;
+    let _crd = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "net-conflict").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks = ns.api::<Network>();
+    let nads = ns.api::<NetworkAttachmentDefinition>();
+    networks
+        .create(
+            &PostParams::default(),
+            &network("first", "10.10.0.0/16", "10.10.0.1"),
+        )
+        .await
+        .unwrap();
+    wait_synced(&networks, "first", TIMEOUT).await;
+    // Inside the first one, and the very same prefix: both overlap. Created in this order and
+    // so named, "second" is older than "third" by creation time or, within the same second,
+    // by name.
+    for (name, cidr, gateway) in [
+        ("second", "10.10.5.0/24", "10.10.5.1"),
+        ("third", "10.10.0.0/16", "10.10.0.1"),
+    ] {
+        networks
+            .create(&PostParams::default(), &network(name, cidr, gateway))
+            .await
+            .unwrap();
+    }
+
+    let second = wait_refused(&networks, "second", "CIDRConflict", TIMEOUT).await;
+    let expected = r#"10.10.5.0/24 overlaps 10.10.0.0/16 of Network "first", which is older and keeps it"#;
+    assert_eq!(message(&second), expected);
+    let status = second.status.unwrap();
+    assert_eq!(status.prefix.as_deref(), Some("10.10.5.0/24"));
+    assert_eq!(status.backend, None);
+    let event = wait_for_event(&client, &ns.name, "second", "CIDRConflict").await;
+    assert_eq!(
+        (event.type_.as_deref(), event.note.as_deref()),
+        (Some("Warning"), Some(expected))
+    );
+    let third = wait_refused(&networks, "third", "CIDRConflict", TIMEOUT).await;
+    assert!(
+        message(&third).contains(r#"of Network "first""#),
+        "{}",
+        message(&third)
+    );
+    assert!(nads.get_opt("second").await.unwrap().is_none());
+    assert!(nads.get_opt("third").await.unwrap().is_none());
+    wait_synced(&networks, "first", TIMEOUT).await;
+
+    networks.delete("first", &DeleteParams::default()).await.unwrap();
+    // Both recover from "first" by themselves, without a change to them; of the two, which
+    // overlap each other, the older keeps the prefix.
+    let start = Instant::now();
+    wait_synced(&networks, "second", RECOVERY).await;
+    eprintln!("recovered {:?} after the deletion", start.elapsed());
+    let third = testing::wait_for(&networks, "third", "yielding to second", RECOVERY, |n| {
+        message(n).contains(r#"of Network "second""#)
+    })
+    .await
+    .unwrap();
+    assert_eq!(ready(&third), Some(("False".into(), "CIDRConflict".into())));
+    testing::wait_for_deletion(&networks, "first", TIMEOUT)
+        .await
+        .unwrap();
+    testing::wait_for_deletion(&nads, "first", TIMEOUT).await.unwrap();
+    assert_eq!(subnet_of(&nads.get("second").await.unwrap()), "10.10.5.0/24");
+    assert!(nads.get_opt("third").await.unwrap().is_none());
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_conflict_follows_changes_of_either_network() {
+    let client = client_with_crds().await;
+    let _crd = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "net-move").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks = ns.api::<Network>();
+    let nads = ns.api::<NetworkAttachmentDefinition>();
+    networks
+        .create(
+            &PostParams::default(),
+            &network("older", "10.20.0.0/16", "10.20.0.1"),
+        )
+        .await
+        .unwrap();
+    wait_synced(&networks, "older", TIMEOUT).await;
+    networks
+        .create(
+            &PostParams::default(),
+            &network("newer", "10.20.1.0/24", "10.20.1.1"),
+        )
+        .await
+        .unwrap();
+    wait_refused(&networks, "newer", "CIDRConflict", TIMEOUT).await;
+
+    // The older one moves away: the newer one recovers without a change of its own, and the
+    // older one's definition follows its new prefix.
+    set_cidr(&networks, "older", "10.30.0.0/16", "10.30.0.1").await;
+    wait_synced(&networks, "newer", RECOVERY).await;
+    let moved = wait_synced(&networks, "older", TIMEOUT).await;
+    assert_eq!(moved.status.unwrap().prefix.as_deref(), Some("10.30.0.0/16"));
+    let nad = testing::wait_for(&nads, "older", "the new prefix", TIMEOUT, |nad| {
+        subnet_of(nad) == "10.30.0.0/16"
+    })
+    .await
+    .unwrap();
+    assert_eq!(config_of(&nad)["ipam"]["ranges"][0][0]["gateway"], "10.30.0.1");
+    assert!(nads.get_opt("newer").await.unwrap().is_some());
+
+    // The newer one moves into the older one's prefix: refused again, and out of the backend.
+    set_cidr(&networks, "newer", "10.30.2.0/24", "10.30.2.1").await;
+    let refused = wait_refused(&networks, "newer", "CIDRConflict", TIMEOUT).await;
+    assert!(
+        message(&refused).contains(r#"Network "older""#),
+        "{}",
+        message(&refused)
+    );
+    testing::wait_for_deletion(&nads, "newer", TIMEOUT).await.unwrap();
+    // And moving back out, it is synced once more.
+    set_cidr(&networks, "newer", "10.40.0.0/24", "10.40.0.1").await;
+    wait_synced(&networks, "newer", TIMEOUT).await;
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn networks_in_different_namespaces_may_overlap() {
+    let client = client_with_crds().await;
+    let _crd = NadCrd::installed(&client).await;
+    let tenant_a = TestNamespace::create(&client, "net-tenant-a").await;
+    let tenant_b = TestNamespace::create(&client, "net-tenant-b").await;
+    // One controller across all namespaces, so that one index sees both tenants; it selects
+    // this test's Networks by label and leaves everyone else's alone.
+    const LABEL: &str = "sample-operator.dev/network-test";
+    let selection = kube::runtime::watcher::Config::default().labels(&format!("{LABEL}={}", tenant_a.name));
+    let operator_client = RequestCounter::default().client(testing::config().await).unwrap();
+    let shared = Shared::new(
+        operator_client,
+        RunConfig {
+            namespace: None,
+            controllers: vec![ControllerName::Network],
+            instance: "integration-test".into(),
+            ..RunConfig::default()
+        },
+        Telemetry::new(RequestCounter::default()),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(sample_operator::network::run_selected(
+        shared,
+        selection,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let labelled = |name: &str, cidr: &str, gateway: &str| {
+        let mut n = network(name, cidr, gateway);
+        n.labels_mut().insert(LABEL.into(), tenant_a.name.clone());
+        n
+    };
+
+    // The oldest of all, in tenant b.
+    let b = tenant_b.api::<Network>();
+    b.create(
+        &PostParams::default(),
+        &labelled("shared", "10.50.0.0/16", "10.50.0.1"),
+    )
+    .await
+    .unwrap();
+    wait_synced(&b, "shared", TIMEOUT).await;
+    let a = tenant_a.api::<Network>();
+    a.create(
+        &PostParams::default(),
+        &labelled("shared", "10.50.0.0/16", "10.50.0.1"),
+    )
+    .await
+    .unwrap();
+    // Named to sort after "shared": were both created within the same second, the name decides.
+    a.create(
+        &PostParams::default(),
+        &labelled("tardy", "10.50.1.0/24", "10.50.1.1"),
+    )
+    .await
+    .unwrap();
+
+    wait_synced(&a, "shared", TIMEOUT).await;
+    let refused = wait_refused(&a, "tardy", "CIDRConflict", TIMEOUT).await;
+    // It yields to its own tenant's Network, not to the older one of the other tenant.
+    assert!(
+        message(&refused).contains(r#"of Network "shared""#),
+        "{}",
+        message(&refused)
+    );
+    for tenant in [&tenant_a, &tenant_b] {
+        let nad = tenant
+            .api::<NetworkAttachmentDefinition>()
+            .get("shared")
+            .await
+            .unwrap();
+        assert_eq!(subnet_of(&nad), "10.50.0.0/16");
+    }
+    wait_synced(&b, "shared", TIMEOUT).await;
+
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(30), controller)
+        .await
+        .unwrap()
+        .unwrap();
+    tenant_a.delete().await;
+    tenant_b.delete().await;
+}
+
+#[tokio::test]
+async fn hand_edits_of_the_attachment_definition_are_reverted() {
+    let client = client_with_crds().await;
+    let _crd = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "net-drift").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks = ns.api::<Network>();
+    networks
+        .create(
+            &PostParams::default(),
+            &network("kept", "10.60.0.0/24", "10.60.0.1"),
+        )
+        .await
+        .unwrap();
+    wait_synced(&networks, "kept", TIMEOUT).await;
+    let nads = ns.api::<NetworkAttachmentDefinition>();
+    let original = nads.get("kept").await.unwrap();
+
+    let edit = json!({
+        "metadata": { "annotations": { "team": "payments" } },
+        "spec": { "config": r#"{"cniVersion":"1.0.0","name":"kept","type":"macvlan"}"# },
+    });
+    nads.patch("kept", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    let restored = testing::wait_for(&nads, "kept", "config restored", TIMEOUT, |nad| {
+        nad.spec.config == original.spec.config
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        restored.annotations().get("team").map(String::as_str),
+        Some("payments"),
+        "a field the operator does not manage was removed"
+    );
+
+    // Without its label it falls out of the operator's watch; the operator notices all the same.
+    let unlabel = json!({ "metadata": { "labels": { multus::MANAGED_BY_LABEL: null } } });
+    nads.patch("kept", &PatchParams::default(), &Patch::Merge(&unlabel))
+        .await
+        .unwrap();
+    testing::wait_for(&nads, "kept", "label restored", TIMEOUT, |nad| {
+        nad.labels().get(multus::MANAGED_BY_LABEL).map(String::as_str) == Some(multus::MANAGED_BY)
+    })
+    .await
+    .unwrap();
+
+    // Deleted by hand: created again.
+    nads.delete("kept", &DeleteParams::default()).await.unwrap();
+    testing::wait_for(&nads, "kept", "created again", TIMEOUT, |nad| {
+        nad.uid() != original.uid() && nad.spec.config == original.spec.config
+    })
+    .await
+    .unwrap();
+    wait_synced(&networks, "kept", TIMEOUT).await;
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn an_attachment_definition_the_network_does_not_own_is_never_taken_or_deleted() {
+    let client = client_with_crds().await;
+    let _crd = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "net-foreign").await;
+    let nads = ns.api::<NetworkAttachmentDefinition>();
+    let foreign: NetworkAttachmentDefinition = serde_json::from_value(json!({
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": { "name": "taken", "labels": { "team": "someone-else" } },
+        "spec": { "config": r#"{"cniVersion":"1.0.0","name":"taken","type":"macvlan"}"# },
+    }))
+    .unwrap();
+    let foreign = nads.create(&PostParams::default(), &foreign).await.unwrap();
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks = ns.api::<Network>();
+    networks
+        .create(
+            &PostParams::default(),
+            &network("taken", "10.70.0.0/24", "10.70.0.1"),
+        )
+        .await
+        .unwrap();
+
+    let n = wait_refused(&networks, "taken", "ResourceExists", TIMEOUT).await;
+    let expected = r#"NetworkAttachmentDefinition "taken" already exists and is not managed by Network"#;
+    assert_eq!(message(&n), expected);
+    let event = wait_for_event(&client, &ns.name, "taken", "ResourceExists").await;
+    assert_eq!(
+        (event.type_.as_deref(), event.note.as_deref()),
+        (Some("Warning"), Some(expected))
+    );
+
+    // Retries went by (the backoff starts in milliseconds), and the definition is untouched.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let unchanged = |nad: &NetworkAttachmentDefinition| {
+        let managers: Vec<_> = nad
+            .managed_fields()
+            .iter()
+            .filter_map(|m| m.manager.clone())
+            .collect();
+        nad.resource_version() == foreign.resource_version()
+            && nad.owner_references().is_empty()
+            && !managers.iter().any(|m| m == "sample-operator")
+    };
+    assert!(unchanged(&nads.get("taken").await.unwrap()));
+
+    // Deleting the Network leaves it alone too.
+    networks.delete("taken", &DeleteParams::default()).await.unwrap();
+    testing::wait_for_deletion(&networks, "taken", TIMEOUT)
+        .await
+        .unwrap();
+    let after = nads.get("taken").await.unwrap();
+    assert_eq!(after.uid(), foreign.uid());
+    assert!(unchanged(&after));
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn without_the_crd_networks_report_backend_unavailable_and_recover_once_it_is_installed() {
+    let client = client_with_crds().await;
+    let Some(_crd) = NadCrd::absent(&client).await else {
+        return;
+    };
+    let ns = TestNamespace::create(&client, "net-no-backend").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks = ns.api::<Network>();
+    for (name, cidr, gateway) in [
+        ("waiting", "10.80.0.0/24", "10.80.0.1"),
+        ("short-lived", "10.81.0.0/24", "10.81.0.1"),
+    ] {
+        networks
+            .create(&PostParams::default(), &network(name, cidr, gateway))
+            .await
+            .unwrap();
+    }
+
+    let n = wait_refused(&networks, "waiting", "BackendUnavailable", TIMEOUT).await;
+    assert!(
+        message(&n).contains(multus::CRD_NAME),
+        "the message names the missing CRD: {}",
+        message(&n)
+    );
+    let status = n.status.unwrap();
+    assert_eq!(status.prefix.as_deref(), Some("10.80.0.0/24"));
+    assert_eq!(status.backend, None);
+    let event = wait_for_event(&client, &ns.name, "waiting", "BackendUnavailable").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+
+    // A Network deleted while the backend is missing goes: there is nothing to clean up.
+    wait_refused(&networks, "short-lived", "BackendUnavailable", TIMEOUT).await;
+    networks
+        .delete("short-lived", &DeleteParams::default())
+        .await
+        .unwrap();
+    testing::wait_for_deletion(&networks, "short-lived", TIMEOUT)
+        .await
+        .unwrap();
+
+    // Installing the CRD is noticed without any change to the Network.
+    install_nad_crd(&client).await;
+    let start = Instant::now();
+    wait_synced(&networks, "waiting", Duration::from_secs(30)).await;
+    eprintln!("recovered {:?} after the CRD was installed", start.elapsed());
+    let nad = ns
+        .api::<NetworkAttachmentDefinition>()
+        .get("waiting")
+        .await
+        .unwrap();
+    assert_eq!(subnet_of(&nad), "10.80.0.0/24");
+    wait_for_event(&client, &ns.name, "waiting", "Synced").await;
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_network_deleted_while_the_operator_is_down_is_cleaned_up_when_it_returns() {
+    let client = client_with_crds().await;
+    let _crd = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "net-offline-delete").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks = ns.api::<Network>();
+    let nads = ns.api::<NetworkAttachmentDefinition>();
+    for (name, cidr, gateway) in [
+        ("gone", "10.90.0.0/24", "10.90.0.1"),
+        ("lost", "10.91.0.0/24", "10.91.0.1"),
+    ] {
+        networks
+            .create(&PostParams::default(), &network(name, cidr, gateway))
+            .await
+            .unwrap();
+    }
+    wait_synced(&networks, "gone", TIMEOUT).await;
+    wait_synced(&networks, "lost", TIMEOUT).await;
+    operator.stop().await;
+
+    for name in ["gone", "lost"] {
+        networks.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    // "lost" also vanishes from the backend behind the operator's back.
+    nads.delete("lost", &DeleteParams::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The finalizer holds both Networks, and so the owned definition stays too.
+    for name in ["gone", "lost"] {
+        let n = networks.get(name).await.unwrap();
+        assert!(n.metadata.deletion_timestamp.is_some(), "{name}");
+        assert_eq!(n.finalizers(), [sample_operator::network::FINALIZER], "{name}");
+    }
+    assert!(nads.get_opt("gone").await.unwrap().is_some());
+
+    let restarted = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    for name in ["gone", "lost"] {
+        testing::wait_for_deletion(&networks, name, TIMEOUT)
+            .await
+            .unwrap();
+    }
+    testing::wait_for_deletion(&nads, "gone", TIMEOUT).await.unwrap();
+    restarted.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn a_network_that_slipped_past_admission_is_reported_and_not_retried() {
+    let client = client_with_crds().await;
+    let _crd = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "net-invalid").await;
+    store_network_the_schema_refuses(&client, &ns.name, network("stale", "192.168.0.0/16", "10.0.0.1")).await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks = ns.api::<Network>();
+
+    let n = wait_refused(&networks, "stale", "InvalidSpec", TIMEOUT).await;
+    assert_eq!(
+        message(&n),
+        r#"spec.gateway: "10.0.0.1" is not an IPv4 address inside cidr 192.168.0.0/16"#
+    );
+    assert_eq!(n.status.as_ref().unwrap().prefix, None);
+    let event = wait_for_event(&client, &ns.name, "stale", "InvalidSpec").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let nads = ns.api::<NetworkAttachmentDefinition>();
+    assert!(
+        nads.get_opt("stale").await.unwrap().is_none(),
+        "an invalid Network got a definition"
+    );
+
+    // It waits for a change instead of retrying.
+    let before = operator.requests();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(operator.requests().since(&before).writes(), 0);
+    assert_eq!(events_about(&client, &ns.name, "stale").await.len(), 1);
+
+    // A fix is picked up at once.
+    set_cidr(&networks, "stale", "192.168.0.0/16", "192.168.0.1").await;
+    wait_synced(&networks, "stale", TIMEOUT).await;
+    assert!(nads.get_opt("stale").await.unwrap().is_some());
+    operator.stop().await;
+    ns.delete().await;
+}
+
+/// Stores a Network that the current schema would refuse, as if it had been created before the
+/// schema had the rules: the CRD is relaxed for a moment, then restored.
+async fn store_network_the_schema_refuses(client: &Client, namespace: &str, invalid: Network) {
+    let _exclusive = SCHEMA.write().await;
+    let mut relaxed = Network::crd();
+    let schema = relaxed.spec.versions[0]
+        .schema
+        .as_mut()
+        .unwrap()
+        .open_api_v3_schema
+        .as_mut()
+        .unwrap();
+    let spec = schema.properties.as_mut().unwrap().get_mut("spec").unwrap();
+    spec.x_kubernetes_validations = None;
+    for field in spec.properties.as_mut().unwrap().values_mut() {
+        field.x_kubernetes_validations = None;
+    }
+    testing::install_crds(client, &[relaxed]).await.unwrap();
+    let stored = Api::<Network>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &invalid)
+        .await;
+    testing::install_crds(client, &sample_operator_api::crds())
+        .await
+        .unwrap();
+    stored.expect("the relaxed schema takes the Network");
+}
+
+#[tokio::test]
+async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
+    let client = client_with_crds().await;
+    let _crd = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "net-steady").await;
+    let config = RunConfig {
+        namespace: Some(ns.name.clone()),
+        controllers: vec![ControllerName::Network],
+        resync: Some(Duration::from_secs(1)),
+        instance: "integration-test".into(),
+        ..RunConfig::default()
+    };
+    let operator = Operator::start_with(config.clone()).await;
+    let networks = ns.api::<Network>();
+    let mut expected = BTreeMap::new();
+    for i in 0..10 {
+        let name = format!("steady-{i}");
+        networks
+            .create(
+                &PostParams::default(),
+                &network(&name, &format!("10.100.{i}.0/24"), &format!("10.100.{i}.1")),
+            )
+            .await
+            .unwrap();
+        expected.insert(name, "Synced");
+    }
+    // A refused one too: refusing it must not write either.
+    networks
+        .create(
+            &PostParams::default(),
+            &network("steady-refused", "10.100.0.0/16", "10.100.0.1"),
+        )
+        .await
+        .unwrap();
+    for name in expected.keys() {
+        wait_synced(&networks, name, TIMEOUT).await;
+    }
+    wait_refused(&networks, "steady-refused", "CIDRConflict", TIMEOUT).await;
+    // Let the last writes and their watch events settle.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let before = operator.requests();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let during = operator.requests().since(&before);
+    assert_eq!(during.writes(), 0, "writes during five resyncs: {during:?}");
+    operator.stop().await;
+
+    let restarted = Operator::start_with(config).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after_restart = restarted.requests();
+    assert!(after_restart.get > 0, "the restarted operator did not even list");
+    assert_eq!(
+        after_restart.writes(),
+        0,
+        "writes after a restart: {after_restart:?}"
+    );
+    restarted.stop().await;
+    ns.delete().await;
+}

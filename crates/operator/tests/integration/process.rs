@@ -1,0 +1,317 @@
+//! The operator binary as it runs in production: leader election between two processes,
+//! the HTTP endpoints, graceful shutdown, and the one-line errors of a misconfiguration. The
+//! processes act as the operator's ServiceAccount (impersonated), so they also prove that
+//! deploy/operator/rbac.yaml suffices, the leader Lease included.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::api::PostParams;
+use local_cluster::testing::{self, TestNamespace};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use sample_operator_api::{Foo, FooSpec};
+
+use crate::support::{client_with_crds, operator_kubeconfig};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_sample-operator");
+
+/// A running `sample-operator run`, killed when dropped.
+struct OperatorProcess {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl OperatorProcess {
+    fn spawn(name: &str, dir: &Path, args: &[&str]) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(BINARY)
+            .arg("run")
+            .args(args)
+            .arg(format!("--http-address=127.0.0.1:{port}"))
+            .env("POD_NAME", name)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        Self { child, port, log }
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(self.port, path)
+    }
+
+    /// The value of one metric line, such as `sample_operator_leader`.
+    fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = self.get("/metrics")?;
+        body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    fn is_leader(&self) -> bool {
+        self.metric("sample_operator_leader") == Some(1.0)
+    }
+
+    fn writes(&self) -> f64 {
+        ["POST", "PUT", "PATCH", "DELETE"]
+            .iter()
+            .map(|m| self.metric(&format!("sample_operator_api_requests_total{{method=\"{m}\"}}")).unwrap_or(0.0))
+            .sum()
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(self.pid(), signal).unwrap();
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < timeout, "did not exit within {timeout:?}; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.0 GET on loopback: status and body.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((status, body))
+}
+
+async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    loop {
+        if check() {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < timeout, "not within {timeout:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sample-operator-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn wait_foo_available(foos: &kube::Api<Foo>, name: &str) {
+    testing::wait_for(foos, name, "available", Duration::from_secs(60), |f| {
+        f.status.as_ref().is_some_and(|s| s.available_replicas == 1)
+    })
+    .await
+    .unwrap();
+}
+
+async fn create_foo(foos: &kube::Api<Foo>, name: &str) {
+    let foo = Foo::new(name, FooSpec { deployment_name: name.into(), replicas: Some(1) });
+    foos.create(&PostParams::default(), &foo).await.unwrap();
+}
+
+#[tokio::test]
+async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "leader").await;
+    let dir = scratch_dir(&ns.name);
+    let kubeconfig = operator_kubeconfig(&client, &dir).await;
+    let lease = format!("lease-{}", ns.name);
+    let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
+    let namespace_arg = format!("--namespace={}", ns.name);
+    let lease_arg = format!("--leader-election-name={lease}");
+    let args = [
+        kubeconfig_arg.as_str(),
+        namespace_arg.as_str(),
+        "--controllers=foo",
+        "--leader-elect",
+        "--leader-election-namespace=sample-operator",
+        lease_arg.as_str(),
+        "--lease-duration-seconds=6",
+        "--lease-grace-seconds=2",
+        "--drain-seconds=5",
+    ];
+    let a = OperatorProcess::spawn("replica-a", &dir, &args);
+    let b = OperatorProcess::spawn("replica-b", &dir, &args);
+    eventually("one replica leads", Duration::from_secs(30), || a.is_leader() || b.is_leader()).await;
+    let (mut leader, standby) = if a.is_leader() { (a, b) } else { (b, a) };
+    assert!(!standby.is_leader(), "two leaders");
+    // Both are alive and ready: a standby is ready by design.
+    for replica in [&leader, &standby] {
+        assert_eq!(replica.get("/healthz").map(|r| r.0), Some(200));
+        eventually("ready", Duration::from_secs(30), || replica.get("/readyz").is_some_and(|r| r.0 == 200)).await;
+    }
+
+    // (Before the election settled, both may have tried to create or take the Lease.)
+    let standby_writes = standby.writes();
+    let foos = ns.api::<Foo>();
+    create_foo(&foos, "first").await;
+    wait_foo_available(&foos, "first").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(leader.writes() > 0.0, "the leader wrote nothing:\n{}", leader.log());
+    assert_eq!(standby.writes(), standby_writes, "the standby wrote:\n{}", standby.log());
+
+    // A crashed leader blocks the standby for at most the lease duration.
+    leader.signal(Signal::SIGKILL);
+    let _ = leader.wait_exit(Duration::from_secs(10));
+    let took = eventually("the standby takes over", Duration::from_secs(15), || standby.is_leader()).await;
+    assert!(took < Duration::from_secs(6 + 3), "handover after SIGKILL took {took:?}");
+    create_foo(&foos, "second").await;
+    wait_foo_available(&foos, "second").await;
+
+    // A leader that stops gracefully releases the lease, and a standby takes it at once.
+    let mut leader = standby;
+    let next = OperatorProcess::spawn("replica-c", &dir, &args);
+    eventually("the new replica is ready", Duration::from_secs(30), || next.get("/readyz").is_some_and(|r| r.0 == 200)).await;
+    assert!(!next.is_leader());
+    leader.signal(Signal::SIGTERM);
+    let status = leader.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "exit {status:?} after SIGTERM; log:\n{}", leader.log());
+    assert!(leader.log().contains("released the leader lease"), "{}", leader.log());
+    let took = eventually("the standby takes over", Duration::from_secs(15), || next.is_leader()).await;
+    assert!(took < Duration::from_secs(4), "handover after SIGTERM took {took:?}");
+    create_foo(&foos, "third").await;
+    wait_foo_available(&foos, "third").await;
+
+    let mut next = next;
+    next.signal(Signal::SIGINT);
+    assert!(next.wait_exit(Duration::from_secs(15)).success(), "{}", next.log());
+    ns.delete().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn probes_and_metrics_report_what_happens() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "metrics").await;
+    let dir = scratch_dir(&ns.name);
+    let kubeconfig = operator_kubeconfig(&client, &dir).await;
+    let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
+    let namespace_arg = format!("--namespace={}", ns.name);
+    let mut operator =
+        OperatorProcess::spawn("metrics", &dir, &[&kubeconfig_arg, &namespace_arg, "--controllers=foo", "--log-format=json"]);
+    eventually("ready", Duration::from_secs(30), || operator.get("/readyz").is_some_and(|r| r.0 == 200)).await;
+    assert_eq!(operator.get("/healthz"), Some((200, "ok".into())));
+    assert_eq!(operator.metric("sample_operator_leader"), Some(1.0), "without election it leads");
+    let success = r#"sample_operator_reconciles_total{controller="foo",result="success"}"#;
+    let before = operator.metric(success).unwrap_or(0.0);
+
+    let foos = ns.api::<Foo>();
+    create_foo(&foos, "measured").await;
+    wait_foo_available(&foos, "measured").await;
+    eventually("reconciles are counted", Duration::from_secs(10), || operator.metric(success).unwrap_or(0.0) > before).await;
+    let (_, metrics) = operator.get("/metrics").unwrap();
+    for series in [
+        r#"sample_operator_reconcile_duration_seconds_count{controller="foo"}"#,
+        r#"sample_operator_reconciles_in_flight{controller="foo"}"#,
+        r#"sample_operator_api_requests_total{method="GET"}"#,
+        "sample_operator_process_resident_memory_bytes",
+        "sample_operator_process_cpu_seconds_total",
+    ] {
+        assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+    }
+    assert!(operator.metric(r#"sample_operator_api_requests_total{method="POST"}"#).unwrap_or(0.0) >= 1.0);
+    // JSON logs, one object a line.
+    let log = operator.log();
+    let first = log.lines().next().unwrap_or_default();
+    assert!(serde_json::from_str::<serde_json::Value>(first).is_ok(), "not JSON: {first}");
+
+    operator.signal(Signal::SIGTERM);
+    assert!(operator.wait_exit(Duration::from_secs(15)).success(), "{}", operator.log());
+    ns.delete().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Runs the binary to completion and returns its exit status and stderr.
+fn run_to_end(args: &[&str]) -> (ExitStatus, String) {
+    let output = Command::new(BINARY).arg("run").args(args).arg("--http-address=127.0.0.1:0").output().unwrap();
+    (output.status, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+fn assert_one_clear_line(status: ExitStatus, stderr: &str, expected: &str) {
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one line:\n{stderr}");
+    assert!(lines[0].contains(expected), "{stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_misconfiguration_ends_with_one_clear_line() {
+    let (status, stderr) = run_to_end(&["--kubeconfig=/nonexistent/kubeconfig"]);
+    assert_one_clear_line(status, &stderr, "cannot read kubeconfig /nonexistent/kubeconfig");
+
+    let admin = testing::config().await;
+    drop(admin);
+    let kubeconfig = local_cluster::LocalCluster::default().kubeconfig();
+    let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
+    // Nothing listens on port 1.
+    let (status, stderr) = run_to_end(&[&kubeconfig_arg, "--master=https://127.0.0.1:1"]);
+    assert_one_clear_line(status, &stderr, "cannot reach the API server at https://127.0.0.1:1/");
+
+    // An API server without the CRDs: a stub that knows /version and nothing else.
+    let port = serve_without_crds();
+    let master = format!("--master=http://127.0.0.1:{port}");
+    let (status, stderr) = run_to_end(&[&kubeconfig_arg, &master, "--controllers=foo"]);
+    assert_one_clear_line(status, &stderr, "the Foo CRD is not installed");
+    assert!(stderr.contains("kubectl apply --server-side -f deploy/crds/"), "{stderr}");
+}
+
+/// A stub API server on loopback: `/version` answers, every other path is 404 as for a
+/// resource the server does not know.
+fn serve_without_crds() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(20) {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            let request = String::from_utf8_lossy(&buf[..n]);
+            let path = request.split_whitespace().nth(1).unwrap_or("/");
+            let (status, body) = if path == "/version" {
+                ("200 OK", r#"{"major":"1","minor":"36","gitVersion":"v1.36.3","platform":"linux/amd64"}"#.to_owned())
+            } else {
+                (
+                    "404 Not Found",
+                    r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#
+                        .to_owned(),
+                )
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}

@@ -1,0 +1,309 @@
+//! `cargo xtask bench`: our Foo controller side by side with its Go peers on one apiserver.
+//!
+//! The contenders ([`contender`]) take turns against a local etcd and kube-apiserver started
+//! without controller-manager, scheduler or kwok, so that nothing but the apiserver and the
+//! contender uses the machine's cores (no Pods are made, so `availableReplicas` stays 0). The
+//! cluster has a run folder of its own, `.cluster-bench/`, and leaves the test cluster alone.
+//! Each run ([`run`]) works in a fresh namespace that is emptied and deleted afterwards. Runs
+//! alternate between contenders and repeat, because this machine is shared and noisy; the report
+//! ([`report`]) gives medians and spreads, the chart ([`chart`]) converged Foos over time.
+
+mod apiserver;
+mod chart;
+mod contender;
+mod proc_stats;
+mod report;
+mod run;
+mod tracker;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use local_cluster::{LocalCluster, UpOptions, paths, toolchain};
+
+use contender::{Contender, Contenders};
+use report::{Meta, Results};
+use run::{RunOptions, RunSpec, Scenario};
+
+/// Options of `cargo xtask bench`. The defaults are the full benchmark, which takes
+/// hours; `--n 50 --repeats 1 --steady-window 30s --memory-foos 500` is a quick check.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Numbers of Foos for the backlog, burst and steady-state scenarios.
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
+    n: Vec<usize>,
+    /// Runs of each contender in each scenario and size.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Contenders to run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "ours,sample-controller,controller-runtime,ceiling"
+    )]
+    contenders: Vec<Contender>,
+    /// Scenarios to run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "backlog,burst,steady,memory"
+    )]
+    scenarios: Vec<Scenario>,
+    /// How long the steady-state scenario counts requests once the Foos are converged: `5m`,
+    /// `90s` or seconds.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    steady_window: Duration,
+    /// Foos in the memory scenario.
+    #[arg(long, default_value_t = 10_000)]
+    memory_foos: usize,
+    /// Largest N for kubernetes/sample-controller in the timed scenarios. Its client-side rate
+    /// limit (client-go's default 5 requests/s, burst 10) makes it converge about 5 Foos a
+    /// second, so a larger N only makes the run longer.
+    #[arg(long, default_value_t = contender::RATE_LIMITED_CAP)]
+    rate_limited_cap: usize,
+    /// Concurrent Foos of the ceiling; keep it equal to our operator's default.
+    #[arg(long, default_value_t = contender::OPERATOR_CONCURRENCY)]
+    concurrency: usize,
+    /// A run that has not converged after this long is recorded as timed out.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Where RESULTS.md, converged.png and results.json are written, from the repository root.
+    #[arg(long, default_value = "bench")]
+    out: PathBuf,
+    /// Only render RESULTS.md and converged.png again from the results.json in `--out`.
+    #[arg(long)]
+    report_only: bool,
+    /// Leave the benchmark's cluster running afterwards (in .cluster-bench/).
+    #[arg(long)]
+    keep_cluster: bool,
+}
+
+pub async fn run(args: BenchArgs) -> Result<()> {
+    let out = paths::repo_root().join(&args.out);
+    if args.report_only {
+        let results = report::load(&out)?;
+        return report::write(&out, &results);
+    }
+    let plan = plan(&args);
+    println!("== {} runs planned", plan.len());
+
+    let contenders = Contenders::prepare(&args.contenders)?;
+    let cluster = LocalCluster::new(paths::repo_root().join(".cluster-bench"));
+    let outcome = run_plan(&cluster, &contenders, &args, &plan, &out).await;
+    if !args.keep_cluster {
+        cluster.down().context("stopping the benchmark cluster")?;
+    }
+    outcome
+}
+
+async fn run_plan(
+    cluster: &LocalCluster,
+    contenders: &Contenders,
+    args: &BenchArgs,
+    plan: &[RunSpec],
+    out: &Path,
+) -> Result<()> {
+    println!(
+        "== starting etcd and kube-apiserver only, in {}",
+        cluster.dir().display()
+    );
+    let state = cluster.up_with(UpOptions { apiserver_only: true }).await?;
+    println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
+    let kubectl = toolchain::ensure()?.kubectl;
+    apiserver::install_crds(&kubectl, &cluster.kubeconfig())?;
+    let client = cluster.client().await?;
+    run::delete_leftovers(&client).await?;
+
+    let env = run::Env {
+        client,
+        kubeconfig: cluster.kubeconfig(),
+        logs: cluster.logs_dir().join("contenders"),
+        contenders: contenders.clone(),
+        options: RunOptions {
+            timeout: args.timeout,
+            steady_window: args.steady_window,
+            concurrency: args.concurrency,
+        },
+    };
+    let mut results = Results {
+        meta: describe(args, &state.kubernetes_version).await,
+        runs: Vec::new(),
+    };
+    for (index, spec) in plan.iter().enumerate() {
+        println!("== run {}/{}: {spec}", index + 1, plan.len());
+        let result = run::run(&env, spec, index).await?;
+        println!("   {}", result.summary());
+        results.runs.push(result);
+        // Saved after every run, so that an interrupted benchmark keeps what it measured.
+        report::save(out, &results)?;
+    }
+    report::write(out, &results)?;
+    println!("== wrote {} and converged.png", out.join("RESULTS.md").display());
+    Ok(())
+}
+
+/// Where and how this benchmark runs, for the report's notes.
+async fn describe(args: &BenchArgs, kubernetes_version: &str) -> Meta {
+    Meta {
+        date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        machine: machine(),
+        kubernetes_version: kubernetes_version.to_owned(),
+        go_version: command_output("go", &["env", "GOVERSION"]),
+        repeats: args.repeats,
+        concurrency: args.concurrency,
+        rate_limited_cap: args.rate_limited_cap,
+        steady_window_seconds: args.steady_window.as_secs(),
+        other_cluster_running: LocalCluster::default().is_healthy().await,
+    }
+}
+
+/// `Intel(R) Xeon(R) ..., 2 cores, 23.5 GiB, Linux 6.1.0`.
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory_kib: f64 = meminfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("MemTotal:")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{cpu}, {cores} cores, {:.1} GiB, Linux {}",
+        memory_kib / (1024.0 * 1024.0),
+        kernel.trim()
+    )
+}
+
+fn command_output(program: &str, args: &[&str]) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Every run, in the order they happen: each repeat goes through every scenario and size, and
+/// within those through every contender, starting one further along each repeat so that no
+/// contender always runs first (on a fresh apiserver) or last.
+fn plan(args: &BenchArgs) -> Vec<RunSpec> {
+    let mut plan = Vec::new();
+    for repeat in 0..args.repeats {
+        for &scenario in &args.scenarios {
+            let sizes = match scenario {
+                Scenario::Memory => vec![args.memory_foos],
+                _ => args.n.clone(),
+            };
+            let contenders: Vec<Contender> = args
+                .contenders
+                .iter()
+                .copied()
+                .filter(|c| scenario.includes(*c))
+                .collect();
+            for &n in &sizes {
+                for offset in 0..contenders.len() {
+                    let contender = contenders[(repeat + offset) % contenders.len()];
+                    plan.push(RunSpec {
+                        scenario,
+                        contender,
+                        planned_n: n,
+                        n: contender.cap(scenario, n, args.rate_limited_cap),
+                        repeat,
+                    });
+                }
+            }
+        }
+    }
+    plan
+}
+
+/// `5m`, `90s`, `2h` or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let number: u64 = number.parse().map_err(|_| format!("not a duration: {text}"))?;
+    let seconds = match unit {
+        "s" => number,
+        "m" => number * 60,
+        "h" => number * 3600,
+        _ => return Err(format!("unknown unit {unit:?} in {text}; use s, m or h")),
+    };
+    Ok(Duration::from_secs(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn args(line: &str) -> BenchArgs {
+        Cli::parse_from(std::iter::once("bench").chain(line.split_whitespace())).bench
+    }
+
+    #[test]
+    fn durations_take_a_unit_or_seconds() {
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_duration("5 weeks").is_err());
+    }
+
+    #[test]
+    fn the_plan_alternates_contenders_and_rotates_who_goes_first() {
+        let plan = plan(&args(
+            "--n 10 --repeats 2 --scenarios backlog --contenders ours,ceiling",
+        ));
+        let order: Vec<Contender> = plan.iter().map(|r| r.contender).collect();
+        assert_eq!(
+            order,
+            [
+                Contender::Ours,
+                Contender::Ceiling,
+                Contender::Ceiling,
+                Contender::Ours
+            ]
+        );
+    }
+
+    #[test]
+    fn the_plan_caps_the_rate_limited_contender_and_keeps_the_ceiling_to_timed_scenarios() {
+        let plan = plan(&args("--n 1000 --repeats 1 --rate-limited-cap 300"));
+        let sample = plan
+            .iter()
+            .find(|r| r.contender == Contender::SampleController && r.scenario == Scenario::Backlog)
+            .unwrap();
+        assert_eq!((sample.planned_n, sample.n), (1000, 300));
+        assert!(
+            !plan
+                .iter()
+                .any(|r| r.contender == Contender::Ceiling && r.scenario == Scenario::Steady)
+        );
+        let memory: Vec<&RunSpec> = plan.iter().filter(|r| r.scenario == Scenario::Memory).collect();
+        assert!(memory.iter().all(|r| r.n == 10_000));
+    }
+}

@@ -1,0 +1,274 @@
+//! What the benchmark does to the apiserver itself: install the CRDs, create the Foos, count
+//! requests from `/metrics`, and empty and delete a run's namespace.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, Namespace};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::{Client, ResourceExt};
+use local_cluster::paths;
+use serde_json::json;
+
+/// Foos created at once by the benchmark: enough to keep the apiserver busy, which is what
+/// "as fast as the API server takes them" asks for.
+const CREATE_CONCURRENCY: usize = 32;
+
+pub fn foo_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "samplecontroller.k8s.io",
+        "v1alpha1",
+        "Foo",
+    ))
+}
+
+pub fn foos(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &foo_resource())
+}
+
+/// Applies deploy/crds/crds.yaml (our CRDs, which every contender shares) with the kubectl
+/// built here, and waits until they are Established.
+pub fn install_crds(kubectl: &Path, kubeconfig: &Path) -> Result<()> {
+    let crds = paths::repo_root().join("deploy/crds/crds.yaml");
+    let crds = crds.display().to_string();
+    for args in [
+        vec!["apply", "--server-side", "--force-conflicts", "-f", &crds],
+        vec![
+            "wait",
+            "--for=condition=Established",
+            "-f",
+            &crds,
+            "--timeout=60s",
+        ],
+    ] {
+        let output = Command::new(kubectl)
+            .args(&args)
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .context("running kubectl")?;
+        if !output.status.success() {
+            bail!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+    Ok(())
+}
+
+pub async fn create_namespace(client: &Client, name: &str) -> Result<()> {
+    let namespace: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } }))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
+    Ok(())
+}
+
+/// The name of the `index`th Foo; its Deployment has the same name, which lets the tracker match
+/// the two without reading specs.
+pub fn foo_name(index: usize) -> String {
+    format!("foo-{index:05}")
+}
+
+/// Creates Foos `0..n` in `namespace`, [`CREATE_CONCURRENCY`] at a time, all with one replica.
+pub async fn create_foos(client: &Client, namespace: &str, n: usize) -> Result<()> {
+    let api = foos(client, namespace);
+    futures::stream::iter(0..n)
+        .map(|index| {
+            let api = api.clone();
+            async move {
+                let name = foo_name(index);
+                let foo = DynamicObject::new(&name, &foo_resource())
+                    .data(json!({ "spec": { "deploymentName": name, "replicas": 1 } }));
+                api.create(&PostParams::default(), &foo)
+                    .await
+                    .with_context(|| format!("creating Foo {name}"))
+            }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_for_each(|_| async { Ok(()) })
+        .await
+}
+
+/// Empties and deletes `namespace`, and waits until it is gone.
+///
+/// This cluster has no controller-manager, so no namespace controller deletes a namespace's
+/// contents or removes its `kubernetes` finalizer, and no garbage collector follows owner
+/// references. The benchmark does their work for the kinds a run creates (Foos, Deployments,
+/// Events), then finalizes the namespace itself. A Foo finalizer left by a stopped contender is
+/// removed, since nothing would ever remove it.
+pub async fn delete_namespace(client: &Client, namespace: &str) -> Result<()> {
+    let background = DeleteParams::background();
+    let everything = ListParams::default();
+    let foos = foos(client, namespace);
+    foos.delete_collection(&background, &everything).await?;
+    for foo in foos.list_metadata(&everything).await? {
+        if !foo.finalizers().is_empty() {
+            let patch = Patch::Merge(json!({ "metadata": { "finalizers": null } }));
+            foos.patch(&foo.name_any(), &PatchParams::default(), &patch)
+                .await?;
+        }
+    }
+    Api::<Deployment>::namespaced(client.clone(), namespace)
+        .delete_collection(&background, &everything)
+        .await?;
+    Api::<Event>::namespaced(client.clone(), namespace)
+        .delete_collection(&background, &everything)
+        .await?;
+
+    let namespaces = Api::<Namespace>::all(client.clone());
+    namespaces.delete(namespace, &background).await?;
+    let finalized: Namespace =
+        serde_json::from_value(json!({ "metadata": { "name": namespace }, "spec": { "finalizers": [] } }))?;
+    namespaces
+        .replace_subresource("finalize", namespace, &PostParams::default(), &finalized)
+        .await
+        .with_context(|| format!("finalizing namespace {namespace}"))?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while namespaces.get_opt(namespace).await?.is_some() {
+        if Instant::now() > deadline {
+            bail!("namespace {namespace} is still there after two minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+/// `apiserver_request_total`, summed over response codes (and scopes and versions), keyed by
+/// verb and by `resource` or `resource/subresource`. Only the resources a Foo controller uses
+/// are kept: the apiserver's own background requests would otherwise show up as writes in every
+/// run. Leases are left out for that reason too (the apiserver renews its identity Lease every
+/// 10 s, and the metric has no namespace or user to tell it apart); no contender runs leader
+/// election by default.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestCounts(pub BTreeMap<(String, String), f64>);
+
+/// Resources a Foo controller reads or writes, as the metric names them.
+const COUNTED_RESOURCES: &[&str] = &[
+    "foos",
+    "foos/status",
+    "deployments",
+    "deployments/status",
+    "replicasets",
+    "pods",
+    "events",
+];
+
+impl RequestCounts {
+    pub async fn scrape(client: &Client) -> Result<Self> {
+        let request = http::Request::get("/metrics").body(Vec::new())?;
+        let text = client
+            .request_text(request)
+            .await
+            .context("reading the apiserver's /metrics")?;
+        Ok(Self::parse(&text))
+    }
+
+    fn parse(text: &str) -> Self {
+        let mut counts = BTreeMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.rsplit_once("} ") else {
+                continue;
+            };
+            let label = |name: &str| label_value(labels, name).unwrap_or_default();
+            let resource = match label("subresource") {
+                "" => label("resource").to_owned(),
+                sub => format!("{}/{sub}", label("resource")),
+            };
+            if !COUNTED_RESOURCES.contains(&resource.as_str()) {
+                continue;
+            }
+            let value: f64 = value.trim().parse().unwrap_or(0.0);
+            *counts.entry((label("verb").to_owned(), resource)).or_insert(0.0) += value;
+        }
+        Self(counts)
+    }
+
+    /// The requests made between `before` and `self`, without zero entries.
+    pub fn since(&self, before: &RequestCounts) -> BTreeMap<String, u64> {
+        self.0
+            .iter()
+            .map(|((verb, resource), after)| {
+                let earlier = before
+                    .0
+                    .get(&(verb.clone(), resource.clone()))
+                    .copied()
+                    .unwrap_or(0.0);
+                (
+                    format!("{verb} {resource}"),
+                    (after - earlier).round().max(0.0) as u64,
+                )
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
+
+/// The value of `name="..."` in a Prometheus label set (the values here hold no quotes).
+fn label_value<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
+    labels.split(',').find_map(|pair| {
+        let (key, value) = pair.split_once('=')?;
+        (key == name).then(|| value.trim_matches('"'))
+    })
+}
+
+/// Requests by verb only, from `verb resource` keys.
+pub fn by_verb(requests: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    let mut verbs = BTreeMap::new();
+    for (key, n) in requests {
+        let verb = key.split_whitespace().next().unwrap_or(key).to_owned();
+        *verbs.entry(verb).or_insert(0) += n;
+    }
+    verbs
+}
+
+/// Whether a verb changes state.
+pub fn is_write(verb: &str) -> bool {
+    matches!(
+        verb,
+        "POST" | "PUT" | "PATCH" | "DELETE" | "DELETECOLLECTION" | "APPLY"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const METRICS: &str = r#"# HELP apiserver_request_total [STABLE] Counter of apiserver requests
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="apps",resource="deployments",scope="resource",subresource="",verb="POST",version="v1"} 7
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="apps",resource="deployments",scope="resource",subresource="",verb="POST",version="v1"} 1
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="samplecontroller.k8s.io",resource="foos",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 5
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="",scope="",subresource="/metrics",verb="GET",version=""} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="flowcontrol.apiserver.k8s.io",resource="flowschemas",scope="resource",subresource="",verb="PUT",version="v1"} 9
+"#;
+
+    #[test]
+    fn counts_are_summed_over_codes_and_kept_for_controller_resources_only() {
+        let counts = RequestCounts::parse(METRICS);
+        assert_eq!(counts.0.len(), 2);
+        assert_eq!(counts.0[&("POST".into(), "deployments".into())], 8.0);
+        assert_eq!(counts.0[&("PATCH".into(), "foos/status".into())], 5.0);
+    }
+
+    #[test]
+    fn deltas_drop_unchanged_entries_and_group_by_verb() {
+        let before = RequestCounts::parse(METRICS);
+        let mut after = before.clone();
+        *after.0.get_mut(&("POST".into(), "deployments".into())).unwrap() += 3.0;
+        let delta = after.since(&before);
+        assert_eq!(delta, BTreeMap::from([("POST deployments".to_string(), 3)]));
+        assert_eq!(by_verb(&delta), BTreeMap::from([("POST".to_string(), 3)]));
+        assert!(is_write("PATCH") && !is_write("WATCH"));
+    }
+}

@@ -1,0 +1,213 @@
+//! bench/converged.png: converged Foos over time, one line per contender, one panel per timed
+//! scenario at its largest N. Each line is the contender's median run. The time axis ends a
+//! little after the slowest uncapped contender converged, so that the fast lines stay readable;
+//! a capped contender's line runs off the edge and its legend says when it converged.
+
+use std::path::Path;
+use std::sync::Once;
+
+use anyhow::{Result, anyhow};
+use plotters::prelude::*;
+
+use super::contender::Contender;
+use super::report::{Spread, capitalised};
+use super::run::{RunResult, Scenario};
+
+const FONT: &str = "sans-serif";
+
+pub fn draw(path: &Path, runs: &[RunResult]) -> Result<()> {
+    register_font();
+    let panels: Vec<Panel> = [Scenario::Backlog, Scenario::Burst]
+        .into_iter()
+        .filter_map(|scenario| Panel::of(runs, scenario))
+        .collect();
+    let root = BitMapBackend::new(path, (1400, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    if panels.is_empty() {
+        root.draw(&Text::new("no timed runs yet", (600, 270), (FONT, 24)))
+            .map_err(plot_error)?;
+    }
+    for (area, panel) in root.split_evenly((1, panels.len().max(1))).iter().zip(&panels) {
+        panel.draw(area)?;
+    }
+    root.present().map_err(plot_error)?;
+    Ok(())
+}
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular())
+            .unwrap_or_else(|_| panic!("the DejaVu Sans font compiled into xtask is not a valid font"));
+    });
+}
+
+/// One scenario at its largest N, with the median run of each contender.
+struct Panel<'a> {
+    scenario: Scenario,
+    planned_n: usize,
+    lines: Vec<&'a RunResult>,
+}
+
+impl<'a> Panel<'a> {
+    fn of(runs: &'a [RunResult], scenario: Scenario) -> Option<Self> {
+        let planned_n = runs
+            .iter()
+            .filter(|r| r.scenario == Some(scenario) && r.succeeded())
+            .map(|r| r.planned_n)
+            .max()?;
+        let lines = Contender::ALL
+            .iter()
+            .filter_map(|&c| {
+                let mine: Vec<&RunResult> = runs
+                    .iter()
+                    .filter(|r| r.scenario == Some(scenario) && r.planned_n == planned_n)
+                    .filter(|r| r.contender == Some(c) && r.succeeded())
+                    .collect();
+                median_run(&mine)
+            })
+            .collect();
+        Some(Self {
+            scenario,
+            planned_n,
+            lines,
+        })
+    }
+
+    /// Seconds shown: past the slowest contender that ran the full N.
+    fn x_end(&self) -> f64 {
+        let full = self.lines.iter().filter(|r| r.n == self.planned_n);
+        let slowest = full.filter_map(|r| r.seconds).fold(0.0, f64::max);
+        let slowest = if slowest > 0.0 {
+            slowest
+        } else {
+            self.lines.iter().filter_map(|r| r.seconds).fold(1.0, f64::max)
+        };
+        slowest * 1.15
+    }
+
+    fn draw(&self, area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>) -> Result<()> {
+        let title = format!(
+            "{}, N = {}: converged Foos over time",
+            capitalised(self.scenario),
+            self.planned_n
+        );
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, (FONT, 22))
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..self.x_end(), 0.0..(self.planned_n as f64 * 1.05))
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("converged Foos")
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .label_style((FONT, 14))
+            .axis_desc_style((FONT, 16))
+            .draw()
+            .map_err(plot_error)?;
+        for run in &self.lines {
+            let contender = run.contender.expect("runs name their contender");
+            let color = color(contender);
+            let points = thin(&run.timeline, 2000);
+            chart
+                .draw_series(LineSeries::new(
+                    points.iter().map(|&(t, c)| (t, c as f64)),
+                    color.stroke_width(3),
+                ))
+                .map_err(plot_error)?
+                .label(legend(run))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .label_font((FONT, 14))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_error)?;
+        Ok(())
+    }
+}
+
+/// `ours: 4.2 s`, or `sample-controller (Go), 300 Foos: 150 s` for a capped run.
+fn legend(run: &RunResult) -> String {
+    let label = run.contender.map(Contender::label).unwrap_or_default();
+    let seconds = run.seconds.unwrap_or(0.0);
+    if run.n == run.planned_n {
+        format!("{label}: {seconds:.1} s")
+    } else {
+        format!("{label}, {} Foos (capped): {seconds:.0} s", run.n)
+    }
+}
+
+/// The run whose time is the median (the lower middle one for an even count).
+fn median_run<'a>(runs: &[&'a RunResult]) -> Option<&'a RunResult> {
+    let median = Spread::of(runs.iter().filter_map(|r| r.seconds))?.median;
+    runs.iter().copied().min_by(|a, b| {
+        (a.seconds.unwrap_or(0.0) - median)
+            .abs()
+            .total_cmp(&(b.seconds.unwrap_or(0.0) - median).abs())
+    })
+}
+
+/// At most about `limit` points, keeping the first and the last.
+fn thin(points: &[(f64, usize)], limit: usize) -> Vec<(f64, usize)> {
+    let step = points.len().div_ceil(limit).max(1);
+    let mut thinned: Vec<(f64, usize)> = points.iter().step_by(step).copied().collect();
+    if let Some(last) = points.last()
+        && thinned.last() != Some(last)
+    {
+        thinned.push(*last);
+    }
+    thinned
+}
+
+fn color(contender: Contender) -> RGBColor {
+    match contender {
+        Contender::Ours => RGBColor(0xd9, 0x48, 0x1c),
+        Contender::SampleController => RGBColor(0x1f, 0x77, 0xb4),
+        Contender::ControllerRuntime => RGBColor(0x2c, 0xa0, 0x2c),
+        Contender::Ceiling => RGBColor(0x55, 0x55, 0x55),
+    }
+}
+
+fn plot_error<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!("drawing the chart: {e:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thinning_keeps_the_ends() {
+        let points: Vec<(f64, usize)> = (0..1001).map(|i| (i as f64, i)).collect();
+        let thinned = thin(&points, 100);
+        assert!(thinned.len() <= 102);
+        assert_eq!(thinned.first(), Some(&(0.0, 0)));
+        assert_eq!(thinned.last(), Some(&(1000.0, 1000)));
+    }
+
+    #[test]
+    fn a_chart_is_drawn_without_system_fonts() {
+        let run = |contender, seconds: f64| RunResult {
+            scenario: Some(Scenario::Backlog),
+            contender: Some(contender),
+            planned_n: 10,
+            n: 10,
+            seconds: Some(seconds),
+            timeline: (0..=10).map(|i| (i as f64 * seconds / 10.0, i)).collect(),
+            ..Default::default()
+        };
+        let dir = std::env::temp_dir().join(format!("bench-chart-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("converged.png");
+        draw(&path, &[run(Contender::Ours, 2.0), run(Contender::Ceiling, 1.5)]).unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() > 1000);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

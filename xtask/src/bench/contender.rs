@@ -1,0 +1,310 @@
+//! The contenders, how they are built and how they are started.
+//!
+//! The Go ones come from one pinned module, `bench/go/`, and are cached like the control plane's
+//! binaries (under the cache folder, keyed by a fingerprint of the module's sources and the Go
+//! version), so only the first benchmark pays for the build. Ours is the release build of the
+//! workspace.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use local_cluster::{Component, paths};
+use serde::{Deserialize, Serialize};
+
+use super::run::Scenario;
+
+/// Concurrent reconciles of our operator by default, which the ceiling copies.
+pub const OPERATOR_CONCURRENCY: usize = 16;
+
+/// The largest N for sample-controller in the timed scenarios: its client-side rate limit lets
+/// it write about 5 Foo statuses a second, so 1,000 Foos take three to four minutes.
+pub const RATE_LIMITED_CAP: usize = 1000;
+
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Contender {
+    /// Our operator: `sample-operator run`, release build.
+    Ours,
+    /// kubernetes/sample-controller at the matching release, with its defaults.
+    SampleController,
+    /// The Foo controller on controller-runtime in bench/go, with controller-runtime's defaults.
+    ControllerRuntime,
+    /// bench/go's plain client issuing a controller's writes and nothing else.
+    Ceiling,
+}
+
+impl Contender {
+    pub const ALL: [Contender; 4] = [
+        Contender::Ours,
+        Contender::SampleController,
+        Contender::ControllerRuntime,
+        Contender::Ceiling,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Contender::Ours => "sample-operator (ours)",
+            Contender::SampleController => "sample-controller (Go)",
+            Contender::ControllerRuntime => "controller-runtime (Go)",
+            Contender::Ceiling => "ceiling (plain client)",
+        }
+    }
+
+    /// Whether a client-side rate limit, not the apiserver, sets this contender's pace.
+    pub fn is_rate_limited(self) -> bool {
+        self == Contender::SampleController
+    }
+
+    /// The N this contender runs at: sample-controller's client-side rate limit would make
+    /// large timed runs take tens of minutes, so those are capped. Memory runs are not timed.
+    pub fn cap(self, scenario: Scenario, n: usize, rate_limited_cap: usize) -> usize {
+        if self.is_rate_limited() && scenario != Scenario::Memory {
+            n.min(rate_limited_cap)
+        } else {
+            n
+        }
+    }
+}
+
+/// Paths of the contenders' binaries; `ours` is `None` when the build has no `run` command yet.
+#[derive(Clone, Debug)]
+pub struct Contenders {
+    ours: Option<PathBuf>,
+    go_bin: PathBuf,
+}
+
+impl Contenders {
+    /// Builds what `wanted` needs (the Go module always, since the ceiling prepares the memory
+    /// scenario).
+    pub fn prepare(wanted: &[Contender]) -> Result<Self> {
+        let ours = if wanted.contains(&Contender::Ours) {
+            build_ours()?
+        } else {
+            None
+        };
+        Ok(Self {
+            ours,
+            go_bin: build_go_contenders()?,
+        })
+    }
+
+    pub fn available(&self, contender: Contender) -> bool {
+        contender != Contender::Ours || self.ours.is_some()
+    }
+
+    /// Starts `contender` against the cluster of `kubeconfig`, as its users run it.
+    pub fn start(
+        &self,
+        contender: Contender,
+        kubeconfig: &Path,
+        concurrency: usize,
+        logs: &Path,
+    ) -> Result<Component> {
+        let kubeconfig = kubeconfig.display().to_string();
+        let (binary, args) = match contender {
+            Contender::Ours => (
+                self.ours
+                    .clone()
+                    .context("sample-operator has no `run` command")?,
+                vec!["run".into(), "--kubeconfig".into(), kubeconfig],
+            ),
+            Contender::SampleController => (
+                self.go_bin.join("sample-controller"),
+                vec![format!("-kubeconfig={kubeconfig}")],
+            ),
+            Contender::ControllerRuntime => (
+                self.go_bin.join("controller-runtime-foo"),
+                vec![
+                    format!("-kubeconfig={kubeconfig}"),
+                    // Its metrics server stays on (a default), on a port nothing else holds.
+                    format!("-metrics-bind-address=127.0.0.1:{}", free_port()?),
+                ],
+            ),
+            Contender::Ceiling => (
+                self.go_bin.join("ceiling"),
+                vec![
+                    format!("-kubeconfig={kubeconfig}"),
+                    format!("-concurrency={concurrency}"),
+                ],
+            ),
+        };
+        let name = format!("{contender:?}").to_lowercase();
+        Ok(Component::start(&name, &binary, &args, logs)?)
+    }
+}
+
+/// A free port on loopback (closed again before the contender binds it).
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// `cargo build --release -p sample-operator`, then whether the binary has `run`: the command
+/// is being written, and the benchmark runs the other contenders until it lands.
+fn build_ours() -> Result<Option<PathBuf>> {
+    println!("== building sample-operator (release)");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "-p", "sample-operator"])
+        .current_dir(paths::repo_root())
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build --release -p sample-operator failed");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| paths::repo_root().join("target"));
+    let binary = target.join("release/sample-operator");
+    let has_run = Command::new(&binary)
+        .args(["run", "--help"])
+        .output()
+        .with_context(|| format!("running {}", binary.display()))?
+        .status
+        .success();
+    if !has_run {
+        println!(
+            "   SKIPPING our operator: {} has no `run` command yet (the benchmark calls `sample-operator run --kubeconfig PATH`)",
+            binary.display()
+        );
+    }
+    Ok(has_run.then_some(binary))
+}
+
+/// The Go module's folder.
+fn go_module() -> PathBuf {
+    paths::repo_root().join("bench/go")
+}
+
+/// Builds sample-controller, controller-runtime-foo and ceiling into the cache unless the same
+/// sources were built before, and returns their folder.
+fn build_go_contenders() -> Result<PathBuf> {
+    let module = go_module();
+    let go_version = go_output(&module, &["env", "GOVERSION"])?;
+    let dest = paths::cache_dir()
+        .join("bin")
+        .join(format!("bench-go-{:016x}", fingerprint(&module, &go_version)?));
+    let binaries = ["sample-controller", "controller-runtime-foo", "ceiling"];
+    if binaries.iter().all(|b| dest.join(b).is_file()) {
+        return Ok(dest);
+    }
+    println!("== building the Go contenders (a minute or two the first time)");
+    let staging = dest.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)?;
+    let status = go_command(&module)
+        .args(["build", "-trimpath", "-o"])
+        // A trailing slash makes `go build -o` write every binary into the folder.
+        .arg(format!("{}/", staging.display()))
+        .args([
+            "k8s.io/sample-controller",
+            "./cmd/controller-runtime-foo",
+            "./cmd/ceiling",
+        ])
+        .status()
+        .context("running go build; install Go 1.26 or newer")?;
+    if !status.success() {
+        bail!("go build in {} failed", module.display());
+    }
+    let _ = std::fs::remove_dir_all(&dest);
+    std::fs::rename(&staging, &dest)?;
+    Ok(dest)
+}
+
+/// `go` in `dir`, with the local toolchain (as for the control plane) and the pinned go.sum.
+fn go_command(dir: &Path) -> Command {
+    let mut cmd = Command::new("go");
+    cmd.current_dir(dir)
+        .env("CGO_ENABLED", "0")
+        .env("GOFLAGS", "-mod=readonly -buildvcs=false");
+    if std::env::var_os("GOTOOLCHAIN").is_none() {
+        cmd.env("GOTOOLCHAIN", "local");
+    }
+    cmd
+}
+
+fn go_output(dir: &Path, args: &[&str]) -> Result<String> {
+    let output = go_command(dir).args(args).output().context("running go")?;
+    if !output.status.success() {
+        bail!(
+            "go {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+/// FNV-1a over the module's go.mod, go.sum and Go sources (in path order) and the Go version:
+/// stable across Rust releases, unlike `DefaultHasher`.
+fn fingerprint(module: &Path, go_version: &str) -> Result<u64> {
+    let mut files = vec![module.join("go.mod"), module.join("go.sum")];
+    collect_go_files(&module.join("cmd"), &mut files)?;
+    files.sort();
+    let mut hash = Fnv1a::default();
+    hash.write(go_version.as_bytes());
+    for file in files {
+        hash.write(
+            file.strip_prefix(module)
+                .unwrap_or(&file)
+                .to_string_lossy()
+                .as_bytes(),
+        );
+        hash.write(&std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?);
+    }
+    Ok(hash.0)
+}
+
+fn collect_go_files(dir: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect_go_files(&path, files)?;
+        } else if path.extension().is_some_and(|e| e == "go") {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+struct Fnv1a(u64);
+
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv1a {
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_sample_controller_is_capped_and_only_in_timed_scenarios() {
+        let capped = Contender::SampleController.cap(Scenario::Backlog, 5000, 300);
+        assert_eq!(capped, 300);
+        assert_eq!(
+            Contender::SampleController.cap(Scenario::Memory, 10_000, 300),
+            10_000
+        );
+        assert_eq!(Contender::Ours.cap(Scenario::Burst, 5000, 300), 5000);
+        assert_eq!(Contender::SampleController.cap(Scenario::Steady, 100, 300), 100);
+    }
+
+    #[test]
+    fn the_fingerprint_follows_the_sources() {
+        let a = fingerprint(&go_module(), "go1.26.8").unwrap();
+        assert_eq!(a, fingerprint(&go_module(), "go1.26.8").unwrap());
+        assert_ne!(a, fingerprint(&go_module(), "go1.27.0").unwrap());
+    }
+}

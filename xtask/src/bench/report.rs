@@ -1,0 +1,599 @@
+//! bench/results.json (every run, as measured), and from it bench/RESULTS.md (medians, spreads
+//! and ratios) and bench/converged.png.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::apiserver::{by_verb, is_write};
+use super::chart;
+use super::contender::Contender;
+use super::run::{RunResult, Scenario, mib};
+
+/// What the report says about where and how the numbers were taken.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Meta {
+    pub date: String,
+    pub machine: String,
+    pub kubernetes_version: String,
+    pub go_version: String,
+    pub repeats: usize,
+    pub concurrency: usize,
+    pub rate_limited_cap: usize,
+    pub steady_window_seconds: u64,
+    /// Whether the test cluster (.cluster/) was running beside the benchmark's.
+    pub other_cluster_running: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Results {
+    pub meta: Meta,
+    pub runs: Vec<RunResult>,
+}
+
+pub fn save(out: &Path, results: &Results) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    let path = out.join("results.json");
+    std::fs::write(&path, serde_json::to_string_pretty(results)?)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+pub fn load(out: &Path) -> Result<Results> {
+    let path = out.join("results.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// Writes RESULTS.md and converged.png.
+pub fn write(out: &Path, results: &Results) -> Result<()> {
+    std::fs::write(out.join("RESULTS.md"), markdown(results))?;
+    chart::draw(&out.join("converged.png"), &results.runs)
+}
+
+/// A median with the smallest and largest value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Self> {
+        let mut values: Vec<f64> = values.into_iter().collect();
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_by(f64::total_cmp);
+        let mid = values.len() / 2;
+        let median = if values.len().is_multiple_of(2) {
+            (values[mid - 1] + values[mid]) / 2.0
+        } else {
+            values[mid]
+        };
+        Some(Self {
+            median,
+            min: values[0],
+            max: values[values.len() - 1],
+        })
+    }
+
+    /// `12.3 s (11.9–13.0)`, or just the value for one run.
+    fn show(&self, unit: &str, decimals: usize) -> String {
+        if self.min == self.max {
+            format!("{:.decimals$}{unit}", self.median)
+        } else {
+            format!(
+                "{:.decimals$}{unit} ({:.decimals$}–{:.decimals$})",
+                self.median, self.min, self.max
+            )
+        }
+    }
+}
+
+/// The successful runs of one contender in one scenario and size.
+struct Group<'a> {
+    contender: Contender,
+    n: usize,
+    runs: Vec<&'a RunResult>,
+}
+
+impl Group<'_> {
+    fn spread(&self, value: impl Fn(&RunResult) -> f64) -> Option<Spread> {
+        Spread::of(self.runs.iter().map(|r| value(r)))
+    }
+
+    fn seconds(&self) -> Option<Spread> {
+        self.spread(|r| r.seconds.unwrap_or(0.0))
+    }
+
+    fn cpu(&self) -> Option<Spread> {
+        self.spread(|r| r.cpu_seconds)
+    }
+
+    fn writes(&self) -> Option<Spread> {
+        self.spread(|r| {
+            by_verb(&r.requests)
+                .iter()
+                .filter(|(v, _)| is_write(v))
+                .map(|(_, n)| *n as f64)
+                .sum()
+        })
+    }
+
+    /// Median requests by verb, as `POST 1000 · PATCH 1000`.
+    fn requests(&self) -> String {
+        let mut verbs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for run in &self.runs {
+            for verb in by_verb(&run.requests).keys() {
+                verbs.entry(verb.clone()).or_default();
+            }
+        }
+        for (verb, values) in verbs.iter_mut() {
+            values.extend(
+                self.runs
+                    .iter()
+                    .map(|r| *by_verb(&r.requests).get(verb).unwrap_or(&0) as f64),
+            );
+        }
+        let shown: Vec<String> = verbs
+            .iter()
+            .filter_map(|(verb, values)| Spread::of(values.iter().copied()).map(|s| (verb, s.median)))
+            .filter(|(_, median)| *median > 0.0)
+            .map(|(verb, median)| format!("{verb} {median:.0}"))
+            .collect();
+        if shown.is_empty() {
+            "none".into()
+        } else {
+            shown.join(" · ")
+        }
+    }
+}
+
+/// The groups of one scenario and planned size, in the contenders' usual order.
+fn groups(runs: &[RunResult], scenario: Scenario, planned_n: usize) -> Vec<Group<'_>> {
+    Contender::ALL
+        .iter()
+        .filter_map(|&contender| {
+            let mine: Vec<&RunResult> = runs
+                .iter()
+                .filter(|r| {
+                    r.scenario == Some(scenario) && r.planned_n == planned_n && r.contender == Some(contender)
+                })
+                .collect();
+            let n = mine.first()?.n;
+            Some(Group {
+                contender,
+                n,
+                runs: mine.into_iter().filter(|r| r.succeeded()).collect(),
+            })
+        })
+        .collect()
+}
+
+/// `value` of `group` over `value` of `reference`, per Foo when their N differ (a capped
+/// contender), marked with †.
+fn ratio<'a>(
+    group: &Group<'a>,
+    reference: Option<&Group<'a>>,
+    value: impl Fn(&Group<'a>) -> Option<Spread>,
+) -> String {
+    let Some(reference) = reference else {
+        return "–".into();
+    };
+    let (Some(mine), Some(theirs)) = (value(group), value(reference)) else {
+        return "–".into();
+    };
+    if theirs.median == 0.0 {
+        return "–".into();
+    }
+    if group.n == reference.n {
+        format!("{:.2}", mine.median / theirs.median)
+    } else {
+        let per_foo = (mine.median / group.n as f64) / (theirs.median / reference.n as f64);
+        format!("{per_foo:.2}†")
+    }
+}
+
+fn find(groups: &[Group<'_>], contender: Contender) -> Option<usize> {
+    groups
+        .iter()
+        .position(|g| g.contender == contender && !g.runs.is_empty())
+}
+
+/// The sizes that were run for a scenario, smallest first.
+fn sizes(runs: &[RunResult], scenario: Scenario) -> Vec<usize> {
+    let mut sizes: Vec<usize> = runs
+        .iter()
+        .filter(|r| r.scenario == Some(scenario))
+        .map(|r| r.planned_n)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
+fn markdown(results: &Results) -> String {
+    let runs = &results.runs;
+    let mut md = String::from("# Benchmark: our Foo controller and its Go peers\n\n");
+    md.push_str(
+        "Generated by `cargo xtask bench` (issue 7); every run is in `results.json` beside this file, \
+         and `cargo xtask bench --report-only` renders this page again from it. Medians of the runs, \
+         with the smallest and largest value in brackets. Ratios compare medians: below 1 means less \
+         than the reference.\n\n![Converged Foos over time](converged.png)\n\n",
+    );
+    for scenario in [Scenario::Backlog, Scenario::Burst] {
+        for n in sizes(runs, scenario) {
+            timed_table(&mut md, &groups(runs, scenario, n), scenario, n);
+        }
+    }
+    for n in sizes(runs, Scenario::Steady) {
+        steady_table(
+            &mut md,
+            &groups(runs, Scenario::Steady, n),
+            n,
+            results.meta.steady_window_seconds,
+        );
+    }
+    for n in sizes(runs, Scenario::Memory) {
+        memory_table(&mut md, &groups(runs, Scenario::Memory, n), n);
+    }
+    targets(&mut md, runs);
+    notes(&mut md, results);
+    md
+}
+
+fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usize) {
+    let what = match scenario {
+        Scenario::Backlog => "The Foos exist before the controller starts; time from its start",
+        _ => "The controller idles, then the Foos are created at once; time from the first create",
+    };
+    let _ = writeln!(
+        md,
+        "## {}, N = {n}\n\n{what} until every Foo has its Deployment and its status.\n",
+        capitalised(scenario)
+    );
+    md.push_str("| Contender | Foos | Converged in | × ours | × ceiling | CPU | × ours | Peak RSS | × ours | Requests |\n");
+    md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    let ours = find(groups, Contender::Ours).map(|i| &groups[i]);
+    let ceiling = find(groups, Contender::Ceiling).map(|i| &groups[i]);
+    for group in groups {
+        let Some(seconds) = group.seconds() else {
+            let _ = writeln!(
+                md,
+                "| {} | {} | no result | | | | | | | |",
+                group.contender.label(),
+                group.n
+            );
+            continue;
+        };
+        let cpu = group.cpu().expect("runs");
+        let peak = group.spread(|r| mib(r.peak_rss_bytes)).expect("runs");
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            group.contender.label(),
+            group.n,
+            seconds.show(" s", 1),
+            ratio(group, ours, Group::seconds),
+            ratio(group, ceiling, Group::seconds),
+            cpu.show(" s", 2),
+            ratio(group, ours, Group::cpu),
+            peak.show(" MiB", 0),
+            ratio(group, ours, |g| g.spread(|r| r.peak_rss_bytes as f64)),
+            group.requests(),
+        );
+    }
+    md.push('\n');
+}
+
+fn steady_table(md: &mut String, groups: &[Group<'_>], n: usize, window: u64) {
+    let _ = writeln!(
+        md,
+        "## Steady state, N = {n}\n\nRequests and CPU time in a {} window that begins once the controller has \
+         converged and gone idle. A converged controller has nothing to write.\n",
+        human_duration(window)
+    );
+    md.push_str(
+        "| Contender | Foos | Writes | Writes/min | CPU | RSS | Requests |\n|---|--:|--:|--:|--:|--:|---|\n",
+    );
+    for group in groups {
+        let Some(writes) = group.writes() else {
+            let _ = writeln!(
+                md,
+                "| {} | {} | no result | | | | |",
+                group.contender.label(),
+                group.n
+            );
+            continue;
+        };
+        let per_minute = writes.median / (window.max(1) as f64 / 60.0);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {per_minute:.0} | {} | {} | {} |",
+            group.contender.label(),
+            group.n,
+            writes.show("", 0),
+            group.cpu().expect("runs").show(" s", 2),
+            group.spread(|r| mib(r.rss_bytes)).expect("runs").show(" MiB", 0),
+            group.requests(),
+        );
+    }
+    md.push('\n');
+}
+
+fn memory_table(md: &mut String, groups: &[Group<'_>], n: usize) {
+    let _ = writeln!(
+        md,
+        "## Memory, N = {n}\n\nThe controller converges {n} Foos (a backlog) and its memory is read once it is \
+         idle, or two minutes after converging; CPU and requests are counted from its start. sample-controller \
+         starts on Foos the ceiling converged instead, since its rate limit would make it take an hour.\n"
+    );
+    md.push_str("| Contender | Foos | RSS when idle | × ours | Peak RSS | × ours | CPU | Idle after | Requests |\n");
+    md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    let ours = find(groups, Contender::Ours).map(|i| &groups[i]);
+    for group in groups {
+        let Some(rss) = group.spread(|r| mib(r.rss_bytes)) else {
+            let _ = writeln!(
+                md,
+                "| {} | {} | no result | | | | | | |",
+                group.contender.label(),
+                group.n
+            );
+            continue;
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            group.contender.label(),
+            group.n,
+            rss.show(" MiB", 0),
+            ratio(group, ours, |g| g.spread(|r| r.rss_bytes as f64)),
+            group
+                .spread(|r| mib(r.peak_rss_bytes))
+                .expect("runs")
+                .show(" MiB", 0),
+            ratio(group, ours, |g| g.spread(|r| r.peak_rss_bytes as f64)),
+            group.cpu().expect("runs").show(" s", 2),
+            group.seconds().expect("runs").show(" s", 0),
+            group.requests(),
+        );
+    }
+    md.push('\n');
+}
+
+/// The issue's aims, checked against the medians.
+fn targets(md: &mut String, runs: &[RunResult]) {
+    md.push_str("## Against the aims of issue 7\n\n");
+    let mut lines = Vec::new();
+    for scenario in [Scenario::Backlog, Scenario::Burst] {
+        for n in sizes(runs, scenario) {
+            let groups = groups(runs, scenario, n);
+            let Some(ours) = find(&groups, Contender::Ours).map(|i| &groups[i]) else {
+                continue;
+            };
+            if let Some(ceiling) = find(&groups, Contender::Ceiling).map(|i| &groups[i]) {
+                let r = ratio(ours, Some(ceiling), Group::seconds);
+                lines.push(aim(
+                    &format!("{scenario}, N = {n}: converges within 1.2× the ceiling"),
+                    &r,
+                    1.2,
+                ));
+            }
+            if let Some(best) = best_go_peer(&groups, Group::cpu) {
+                let r = ratio(ours, Some(best), Group::cpu);
+                lines.push(aim(
+                    &format!("{scenario}, N = {n}: CPU at most half the best Go peer's"),
+                    &r,
+                    0.5,
+                ));
+            }
+        }
+    }
+    for n in sizes(runs, Scenario::Memory) {
+        let groups = groups(runs, Scenario::Memory, n);
+        let Some(ours) = find(&groups, Contender::Ours).map(|i| &groups[i]) else {
+            continue;
+        };
+        let peak = |g: &Group| g.spread(|r| r.peak_rss_bytes as f64);
+        if let Some(best) = best_go_peer(&groups, peak) {
+            let r = ratio(ours, Some(best), peak);
+            lines.push(aim(
+                &format!("memory, N = {n}: peak RSS at most half the best Go peer's"),
+                &r,
+                0.5,
+            ));
+        }
+    }
+    for n in sizes(runs, Scenario::Steady) {
+        let groups = groups(runs, Scenario::Steady, n);
+        if let Some(writes) = find(&groups, Contender::Ours).and_then(|i| groups[i].writes()) {
+            let met = if writes.max == 0.0 { "met" } else { "not met" };
+            lines.push(format!(
+                "- steady state, N = {n}: zero writes: **{met}** ({:.0} at most)",
+                writes.max
+            ));
+        }
+    }
+    if lines.is_empty() {
+        md.push_str("Not measured: no run of our operator has a result.\n\n");
+    } else {
+        md.push_str(&(lines.join("\n") + "\n\n"));
+    }
+}
+
+fn aim(what: &str, ratio: &str, limit: f64) -> String {
+    match ratio.trim_end_matches('†').parse::<f64>() {
+        Ok(value) if value <= limit => format!("- {what}: **met** ({ratio})"),
+        Ok(_) => format!("- {what}: **not met** ({ratio})"),
+        Err(_) => format!("- {what}: not measured"),
+    }
+}
+
+/// The Go controller with the lowest median of `value`.
+fn best_go_peer<'a, 'b>(
+    groups: &'a [Group<'b>],
+    value: impl Fn(&Group<'b>) -> Option<Spread>,
+) -> Option<&'a Group<'b>> {
+    groups
+        .iter()
+        .filter(|g| {
+            matches!(
+                g.contender,
+                Contender::SampleController | Contender::ControllerRuntime
+            )
+        })
+        .filter_map(|g| value(g).map(|s| (g, s.median / g.n as f64)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(g, _)| g)
+}
+
+fn notes(md: &mut String, results: &Results) {
+    let meta = &results.meta;
+    let _ = writeln!(
+        md,
+        "## How these numbers were taken\n\n\
+         - {date}, on {machine}. Kubernetes {k8s} (etcd and kube-apiserver only: no controller-manager, \
+         scheduler or kwok, so no Pods and `availableReplicas` stays 0), {go}. {repeats} run(s) per contender, \
+         scenario and size, alternating between contenders.\n\
+         - Our operator runs as `sample-operator run --kubeconfig PATH` (release build); sample-controller as \
+         `sample-controller -kubeconfig PATH` with its defaults, controller-runtime-foo with controller-runtime's \
+         defaults (one reconcile at a time, no client-side rate limit); the ceiling writes {conc} Foos at a time.\n\
+         - **Cap:** sample-controller keeps client-go's default client-side rate limit (5 requests/s, burst 10, \
+         for each of its two clients), which holds it to about 5 Foos a second (one status update each), so its \
+         timed runs use at most {cap} Foos. Ratios marked † compare per Foo (time or CPU divided by N) for that \
+         reason.\n\
+         - Converged: the Foo's status is written and its Deployment exists. CPU: user + system time of the \
+         contender's process (`/proc/<pid>/stat`); peak RSS: `VmHWM` of `/proc/<pid>/status`.\n\
+         - Requests: deltas of the apiserver's `apiserver_request_total` on the resources a Foo controller uses \
+         (foos, deployments, replicasets, pods, events; not leases, which the apiserver itself renews). The \
+         benchmark watches rather than polls, so its own requests are not in them, and the burst's own Foo \
+         creates are subtracted. A watch is counted when it ends, so the open watches of a running controller \
+         are not in them either.",
+        date = meta.date,
+        machine = meta.machine,
+        k8s = meta.kubernetes_version,
+        go = meta.go_version,
+        repeats = meta.repeats,
+        conc = meta.concurrency,
+        cap = meta.rate_limited_cap,
+    );
+    if meta.other_cluster_running {
+        md.push_str(
+            "- The test cluster (`.cluster/`, with controller-manager, scheduler and kwok) was running beside \
+             the benchmark's and shared the cores.\n",
+        );
+    }
+    let odd: Vec<String> = results
+        .runs
+        .iter()
+        .filter_map(|r| {
+            let note = r.note.as_ref()?;
+            let first_line = note.lines().next().unwrap_or_default();
+            Some(format!(
+                "- {} {}, N = {}, repeat {}: {first_line}",
+                r.contender.map(Contender::label).unwrap_or_default(),
+                r.scenario.map(|s| s.to_string()).unwrap_or_default(),
+                r.n,
+                r.repeat + 1
+            ))
+        })
+        .collect();
+    if !odd.is_empty() {
+        md.push_str("\nRuns with a remark (runs without a result are left out of the tables):\n\n");
+        md.push_str(&(odd.join("\n") + "\n"));
+    }
+}
+
+pub fn capitalised(scenario: Scenario) -> String {
+    let name = scenario.to_string();
+    let mut chars = name.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
+fn human_duration(seconds: u64) -> String {
+    if seconds.is_multiple_of(60) {
+        format!("{}-minute", seconds / 60)
+    } else {
+        format!("{seconds}-second")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(contender: Contender, n: usize, seconds: f64, cpu: f64) -> RunResult {
+        RunResult {
+            scenario: Some(Scenario::Backlog),
+            contender: Some(contender),
+            planned_n: 1000,
+            n,
+            seconds: Some(seconds),
+            cpu_seconds: cpu,
+            peak_rss_bytes: 64 << 20,
+            requests: BTreeMap::from([
+                ("POST deployments".into(), n as u64),
+                ("PATCH foos/status".into(), n as u64),
+            ]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(Spread::of([3.0, 1.0, 2.0]).unwrap().median, 2.0);
+        let even = Spread::of([4.0, 1.0, 2.0, 3.0]).unwrap();
+        assert_eq!((even.median, even.min, even.max), (2.5, 1.0, 4.0));
+        assert_eq!(Spread::of([]), None);
+    }
+
+    #[test]
+    fn ratios_compare_per_foo_when_a_contender_was_capped() {
+        let runs = vec![
+            run(Contender::Ours, 1000, 10.0, 4.0),
+            run(Contender::Ceiling, 1000, 8.0, 2.0),
+            run(Contender::SampleController, 300, 150.0, 3.0),
+        ];
+        let groups = groups(&runs, Scenario::Backlog, 1000);
+        let ours = &groups[find(&groups, Contender::Ours).unwrap()];
+        let ceiling = &groups[find(&groups, Contender::Ceiling).unwrap()];
+        let sample = &groups[find(&groups, Contender::SampleController).unwrap()];
+        assert_eq!(ratio(ours, Some(ceiling), Group::seconds), "1.25");
+        // 150 s for 300 Foos is 0.5 s a Foo, against 0.01 s a Foo for ours.
+        assert_eq!(ratio(sample, Some(ours), Group::seconds), "50.00†");
+        assert_eq!(ours.requests(), "PATCH 1000 · POST 1000");
+    }
+
+    #[test]
+    fn the_report_checks_the_aims_and_names_the_cap() {
+        let results = Results {
+            meta: Meta {
+                rate_limited_cap: 300,
+                ..Default::default()
+            },
+            runs: vec![
+                run(Contender::Ours, 1000, 10.0, 1.0),
+                run(Contender::Ceiling, 1000, 9.0, 1.0),
+                run(Contender::ControllerRuntime, 1000, 20.0, 4.0),
+            ],
+        };
+        let md = markdown(&results);
+        assert!(md.contains("## Backlog, N = 1000"), "{md}");
+        assert!(
+            md.contains("converges within 1.2× the ceiling: **met** (1.11)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("CPU at most half the best Go peer's: **met** (0.25)"),
+            "{md}"
+        );
+        assert!(md.contains("at most 300 Foos"), "{md}");
+    }
+}

@@ -1,0 +1,432 @@
+//! One run: one contender in one scenario with N Foos, in a namespace of its own.
+//!
+//! - backlog: N Foos exist, then the contender starts; time from its start until every Foo is
+//!   converged (status written, Deployment there).
+//! - burst: the contender starts and goes idle, then the benchmark creates N Foos as fast as
+//!   the apiserver takes them; time from the first create until every Foo is converged.
+//! - steady: a backlog run, then, once the contender is idle, a window (5 minutes by default) in
+//!   which its requests and CPU time are counted; a converged controller should write nothing.
+//! - memory: a backlog run with many Foos (10,000 by default); once the contender has converged
+//!   and gone idle, its resident memory is read. A rate-limited contender would take an hour to
+//!   converge that many, so it starts instead on Foos that the ceiling converged (its cache
+//!   holds the same objects either way).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use kube::Client;
+use local_cluster::Component;
+use serde::{Deserialize, Serialize};
+
+use super::apiserver::{self, RequestCounts};
+use super::contender::{Contender, Contenders};
+use super::proc_stats::{self, ProcStats};
+use super::tracker::{Outcome, Tracker};
+
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    Backlog,
+    Burst,
+    Steady,
+    Memory,
+}
+
+impl Scenario {
+    /// The ceiling only has a meaning where something is timed: it keeps no cache and, once
+    /// done, sends nothing.
+    pub fn includes(self, contender: Contender) -> bool {
+        contender != Contender::Ceiling || matches!(self, Scenario::Backlog | Scenario::Burst)
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            Scenario::Backlog => "backlog",
+            Scenario::Burst => "burst",
+            Scenario::Steady => "steady state",
+            Scenario::Memory => "memory",
+        };
+        f.write_str(name)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    pub scenario: Scenario,
+    pub contender: Contender,
+    /// N as planned for this scenario.
+    pub planned_n: usize,
+    /// N this contender runs at (lower when capped).
+    pub n: usize,
+    pub repeat: usize,
+}
+
+impl fmt::Display for RunSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, {} Foos, {}",
+            self.scenario,
+            self.n,
+            self.contender.label()
+        )?;
+        if self.n != self.planned_n {
+            write!(f, " (capped from {})", self.planned_n)?;
+        }
+        write!(f, ", repeat {}", self.repeat + 1)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub timeout: Duration,
+    pub steady_window: Duration,
+    pub concurrency: usize,
+}
+
+/// What every run needs.
+pub struct Env {
+    pub client: Client,
+    pub kubeconfig: PathBuf,
+    pub logs: PathBuf,
+    pub contenders: Contenders,
+    pub options: RunOptions,
+}
+
+impl Env {
+    fn start(&self, contender: Contender) -> Result<Running> {
+        let component =
+            self.contenders
+                .start(contender, &self.kubeconfig, self.options.concurrency, &self.logs)?;
+        Ok(Running(component))
+    }
+}
+
+/// A started contender, stopped when dropped, so that no run leaves one behind.
+struct Running(Component);
+
+impl Running {
+    fn pid(&self) -> i32 {
+        self.0.pid
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.stop(Duration::from_secs(10));
+    }
+}
+
+/// What one run measured. Field meanings differ a little by scenario; see `seconds`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RunResult {
+    pub scenario: Option<Scenario>,
+    pub contender: Option<Contender>,
+    pub planned_n: usize,
+    pub n: usize,
+    pub repeat: usize,
+    /// Backlog and burst: seconds to converge. Steady state: the window's length. Memory: how
+    /// long the contender took to go idle. `None` when the run failed.
+    pub seconds: Option<f64>,
+    /// Foos converged when the run ended.
+    pub converged: usize,
+    /// CPU seconds: from start to convergence (backlog, memory), from the first create
+    /// (burst), within the window (steady state).
+    pub cpu_seconds: f64,
+    pub rss_bytes: u64,
+    pub peak_rss_bytes: u64,
+    /// Requests while measured, keyed `VERB resource`, from the apiserver's metrics.
+    pub requests: BTreeMap<String, u64>,
+    /// Converged Foos over time (seconds, count), for the chart.
+    pub timeline: Vec<(f64, usize)>,
+    /// Why the run has no result, or what to know about it.
+    pub note: Option<String>,
+}
+
+impl RunResult {
+    fn new(spec: &RunSpec) -> Self {
+        Self {
+            scenario: Some(spec.scenario),
+            contender: Some(spec.contender),
+            planned_n: spec.planned_n,
+            n: spec.n,
+            repeat: spec.repeat,
+            ..Self::default()
+        }
+    }
+
+    fn with_stats(mut self, stats: ProcStats) -> Self {
+        self.cpu_seconds = stats.cpu_seconds;
+        self.rss_bytes = stats.rss_bytes;
+        self.peak_rss_bytes = stats.peak_rss_bytes;
+        self
+    }
+
+    fn with_outcome(mut self, outcome: &Outcome, tracker: &Tracker) -> Self {
+        self.converged = tracker.converged();
+        match outcome {
+            Outcome::Converged(took) => self.seconds = Some(took.as_secs_f64()),
+            Outcome::TimedOut => {
+                self.note = Some(format!(
+                    "timed out with {} of {} converged",
+                    self.converged, self.n
+                ))
+            }
+            Outcome::Died(log) => self.note = Some(format!("the contender exited:\n{log}")),
+        }
+        self
+    }
+
+    pub fn succeeded(&self) -> bool {
+        self.seconds.is_some()
+    }
+
+    /// One line for the console.
+    pub fn summary(&self) -> String {
+        let Some(seconds) = self.seconds else {
+            return format!("no result: {}", self.note.as_deref().unwrap_or("unknown"));
+        };
+        let verbs = apiserver::by_verb(&self.requests);
+        let requests: Vec<String> = verbs.iter().map(|(verb, n)| format!("{verb} {n}")).collect();
+        format!(
+            "{seconds:.1} s, CPU {:.2} s, RSS {:.0} MiB (peak {:.0} MiB), requests: {}{}",
+            self.cpu_seconds,
+            mib(self.rss_bytes),
+            mib(self.peak_rss_bytes),
+            if requests.is_empty() {
+                "none".into()
+            } else {
+                requests.join(", ")
+            },
+            self.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default(),
+        )
+    }
+}
+
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Runs `spec` in a fresh namespace and deletes the namespace afterwards, whatever happened.
+pub async fn run(env: &Env, spec: &RunSpec, index: usize) -> Result<RunResult> {
+    if !env.contenders.available(spec.contender) {
+        let mut result = RunResult::new(spec);
+        result.note = Some("skipped: sample-operator has no `run` command yet".into());
+        return Ok(result);
+    }
+    let namespace = format!("bench-{index}");
+    apiserver::create_namespace(&env.client, &namespace).await?;
+    let result = match spec.scenario {
+        Scenario::Backlog => backlog(env, spec, &namespace).await,
+        Scenario::Burst => burst(env, spec, &namespace).await,
+        Scenario::Steady => steady(env, spec, &namespace).await,
+        Scenario::Memory => memory(env, spec, &namespace).await,
+    };
+    // A failed run is reported and the benchmark goes on; a namespace that cannot be cleaned
+    // up would spoil every later run, so that stops it.
+    apiserver::delete_namespace(&env.client, &namespace).await?;
+    Ok(result.unwrap_or_else(|e| {
+        let mut failed = RunResult::new(spec);
+        failed.note = Some(format!("{e:#}"));
+        failed
+    }))
+}
+
+/// Deletes the namespaces an interrupted benchmark left behind, so that no contender finds
+/// their Foos.
+pub async fn delete_leftovers(client: &Client) -> Result<()> {
+    let namespaces = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    for namespace in namespaces.list_metadata(&Default::default()).await? {
+        let name = kube::ResourceExt::name_any(&namespace);
+        if name.starts_with("bench-") {
+            apiserver::delete_namespace(client, &name).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn backlog(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> {
+    let tracker = Tracker::start(&env.client, namespace).await?;
+    let backlog = converge_backlog(env, spec, &tracker, namespace).await?;
+    let stats = read_unless_died(&backlog.contender, &backlog.outcome)?;
+    let mut result = RunResult::new(spec)
+        .with_outcome(&backlog.outcome, &tracker)
+        .with_stats(stats);
+    result.requests = RequestCounts::scrape(&env.client)
+        .await?
+        .since(&backlog.counts_before);
+    result.timeline = tracker.timeline(backlog.start);
+    Ok(result)
+}
+
+/// A contender started on a backlog, once it converged (or failed to).
+struct Backlog {
+    contender: Running,
+    outcome: Outcome,
+    /// The request counters just before the contender started.
+    counts_before: RequestCounts,
+    start: Instant,
+}
+
+/// Creates the backlog, starts the contender and waits until it converged.
+async fn converge_backlog(env: &Env, spec: &RunSpec, tracker: &Tracker, namespace: &str) -> Result<Backlog> {
+    apiserver::create_foos(&env.client, namespace, spec.n).await?;
+    tracker.wait_foos(spec.n).await?;
+    let counts_before = RequestCounts::scrape(&env.client).await?;
+    let start = Instant::now();
+    let contender = env.start(spec.contender)?;
+    let outcome = tracker
+        .wait_converged(spec.n, start, env.options.timeout, &contender.0)
+        .await;
+    Ok(Backlog {
+        contender,
+        outcome,
+        counts_before,
+        start,
+    })
+}
+
+async fn burst(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> {
+    let tracker = Tracker::start(&env.client, namespace).await?;
+    let contender = env.start(spec.contender)?;
+    // Idle means its caches are synced: the burst then meets a controller that is ready.
+    proc_stats::wait_quiet(contender.pid(), secs(2), secs(2), secs(30)).await?;
+    let cpu_before = proc_stats::read(contender.pid())?.cpu_seconds;
+    let before = RequestCounts::scrape(&env.client).await?;
+    let start = Instant::now();
+    apiserver::create_foos(&env.client, namespace, spec.n).await?;
+    let outcome = tracker
+        .wait_converged(spec.n, start, env.options.timeout, &contender.0)
+        .await;
+    let mut stats = read_unless_died(&contender, &outcome)?;
+    stats.cpu_seconds -= cpu_before;
+    let mut requests = RequestCounts::scrape(&env.client).await?.since(&before);
+    remove_own_creates(&mut requests, spec.n);
+
+    let mut result = RunResult::new(spec)
+        .with_outcome(&outcome, &tracker)
+        .with_stats(stats);
+    result.requests = requests;
+    result.timeline = tracker.timeline(start);
+    Ok(result)
+}
+
+/// The benchmark's own Foo creates are in the burst's window; no controller creates Foos.
+fn remove_own_creates(requests: &mut BTreeMap<String, u64>, n: usize) {
+    if let Some(creates) = requests.get_mut("POST foos") {
+        *creates = creates.saturating_sub(n as u64);
+        if *creates == 0 {
+            requests.remove("POST foos");
+        }
+    }
+}
+
+async fn steady(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> {
+    let tracker = Tracker::start(&env.client, namespace).await?;
+    let Backlog {
+        contender, outcome, ..
+    } = converge_backlog(env, spec, &tracker, namespace).await?;
+    if !matches!(outcome, Outcome::Converged(_)) {
+        return Ok(RunResult::new(spec).with_outcome(&outcome, &tracker));
+    }
+    let (_, idle) = proc_stats::wait_quiet(contender.pid(), secs(5), secs(3), secs(60)).await?;
+    let cpu_before = proc_stats::read(contender.pid())?.cpu_seconds;
+    let before = RequestCounts::scrape(&env.client).await?;
+    tokio::time::sleep(env.options.steady_window).await;
+    if !contender.0.is_running() {
+        bail!(
+            "{} exited during the window:\n{}",
+            spec.contender.label(),
+            contender.0.log_tail(20)
+        );
+    }
+    let mut stats = proc_stats::read(contender.pid())?;
+    stats.cpu_seconds -= cpu_before;
+    let mut result = RunResult::new(spec).with_stats(stats);
+    result.converged = tracker.converged();
+    result.seconds = Some(env.options.steady_window.as_secs_f64());
+    result.requests = RequestCounts::scrape(&env.client).await?.since(&before);
+    if !idle {
+        result.note = Some("still busy a minute after converging; the window began anyway".into());
+    }
+    Ok(result)
+}
+
+async fn memory(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> {
+    let tracker = Tracker::start(&env.client, namespace).await?;
+    let (contender, start, counts_before) = if spec.contender.is_rate_limited() {
+        prepare_with_ceiling(env, spec, &tracker, namespace).await?;
+        let counts_before = RequestCounts::scrape(&env.client).await?;
+        (env.start(spec.contender)?, Instant::now(), counts_before)
+    } else {
+        let backlog = converge_backlog(env, spec, &tracker, namespace).await?;
+        if !matches!(backlog.outcome, Outcome::Converged(_)) {
+            return Ok(RunResult::new(spec).with_outcome(&backlog.outcome, &tracker));
+        }
+        (backlog.contender, backlog.start, backlog.counts_before)
+    };
+    let (_, idle) = proc_stats::wait_quiet(contender.pid(), secs(5), secs(5), MEMORY_IDLE_MAX).await?;
+    if !contender.0.is_running() {
+        bail!("{} exited:\n{}", spec.contender.label(), contender.0.log_tail(20));
+    }
+    let mut result = RunResult::new(spec).with_stats(proc_stats::read(contender.pid())?);
+    result.converged = tracker.converged();
+    result.seconds = Some(start.elapsed().as_secs_f64());
+    result.requests = RequestCounts::scrape(&env.client).await?.since(&counts_before);
+    result.note = match (spec.contender.is_rate_limited(), idle) {
+        (true, _) => Some("its rate limit would take an hour to converge this many Foos: it started on Foos the ceiling had converged".into()),
+        (false, false) => Some("still busy two minutes after converging; memory read then".into()),
+        (false, true) => None,
+    };
+    Ok(result)
+}
+
+/// How long the memory scenario waits for a converged contender to go idle.
+const MEMORY_IDLE_MAX: Duration = Duration::from_secs(120);
+
+/// N Foos, each with its Deployment and its status, written by the ceiling.
+async fn prepare_with_ceiling(env: &Env, spec: &RunSpec, tracker: &Tracker, namespace: &str) -> Result<()> {
+    apiserver::create_foos(&env.client, namespace, spec.n).await?;
+    let ceiling = env.start(Contender::Ceiling)?;
+    match tracker
+        .wait_converged(spec.n, Instant::now(), env.options.timeout, &ceiling.0)
+        .await
+    {
+        Outcome::Converged(_) => Ok(()),
+        other => bail!("the ceiling did not prepare {} converged Foos: {other:?}", spec.n),
+    }
+}
+
+/// The contender's numbers, unless it exited (then there are none to read).
+fn read_unless_died(contender: &Running, outcome: &Outcome) -> Result<ProcStats> {
+    match outcome {
+        Outcome::Died(_) => Ok(ProcStats::default()),
+        _ => proc_stats::read(contender.pid()),
+    }
+}
+
+fn secs(seconds: u64) -> Duration {
+    Duration::from_secs(seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bursts_own_creates_are_not_counted() {
+        let mut requests = BTreeMap::from([
+            ("POST foos".to_string(), 50),
+            ("POST deployments".to_string(), 50),
+        ]);
+        remove_own_creates(&mut requests, 50);
+        assert_eq!(requests, BTreeMap::from([("POST deployments".to_string(), 50)]));
+    }
+}

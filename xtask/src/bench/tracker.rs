@@ -1,0 +1,240 @@
+//! Watches a run's namespace and counts converged Foos: a Foo is converged once its status is
+//! written and its Deployment exists. Watches, not polls: a watch that is open before the
+//! request counters are read and still open after adds nothing to them (the apiserver counts a
+//! request when it ends), so the benchmark's observation stays out of the contenders' numbers.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Client;
+use kube::core::PartialObjectMeta;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use local_cluster::Component;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::apiserver;
+
+/// What the watches have seen so far.
+#[derive(Debug, Default)]
+struct Progress {
+    foos: HashSet<String>,
+    with_status: HashSet<String>,
+    deployments: HashSet<String>,
+    converged: usize,
+    /// (when, converged Foos) at every change.
+    timeline: Vec<(Instant, usize)>,
+}
+
+impl Progress {
+    fn saw_foo(&mut self, name: &str, has_status: bool) {
+        self.foos.insert(name.to_owned());
+        if has_status && self.with_status.insert(name.to_owned()) && self.deployments.contains(name) {
+            self.converged_one();
+        }
+    }
+
+    fn saw_deployment(&mut self, name: &str) {
+        if self.deployments.insert(name.to_owned()) && self.with_status.contains(name) {
+            self.converged_one();
+        }
+    }
+
+    fn converged_one(&mut self) {
+        self.converged += 1;
+        self.timeline.push((Instant::now(), self.converged));
+    }
+}
+
+/// How waiting for convergence ended.
+#[derive(Debug)]
+pub enum Outcome {
+    Converged(Duration),
+    TimedOut,
+    /// The contender exited; the tail of its log.
+    Died(String),
+}
+
+pub struct Tracker {
+    progress: Arc<Mutex<Progress>>,
+    /// Foos seen and Foos converged, sent on every change.
+    counts: watch::Receiver<(usize, usize)>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Tracker {
+    /// Starts watching Foos and Deployments in `namespace` and returns once both watches have
+    /// listed what is there.
+    pub async fn start(client: &Client, namespace: &str) -> Result<Self> {
+        let progress = Arc::new(Mutex::new(Progress::default()));
+        let (sender, counts) = watch::channel((0, 0));
+        let sender = Arc::new(sender);
+        let (foos_ready, deployments_ready) =
+            (tokio::sync::oneshot::channel(), tokio::sync::oneshot::channel());
+
+        let foos = watcher::watcher(apiserver::foos(client, namespace), watcher::Config::default());
+        let foo_task = follow(
+            foos,
+            progress.clone(),
+            sender.clone(),
+            foos_ready.0,
+            |progress, foo| {
+                let has_status = foo.data.get("status").is_some_and(|s| !s.is_null());
+                progress.saw_foo(&kube::ResourceExt::name_any(&foo), has_status);
+            },
+        );
+        // Names are all the tracker needs, so Deployments are watched as metadata only.
+        let deployments = kube::Api::<PartialObjectMeta<Deployment>>::namespaced(client.clone(), namespace);
+        let deployments = watcher::watcher(deployments, watcher::Config::default());
+        let deployment_task = follow(
+            deployments,
+            progress.clone(),
+            sender,
+            deployments_ready.0,
+            |progress, d| {
+                progress.saw_deployment(&kube::ResourceExt::name_any(&d));
+            },
+        );
+        let tracker = Self {
+            progress,
+            counts,
+            tasks: vec![tokio::spawn(foo_task), tokio::spawn(deployment_task)],
+        };
+        for ready in [foos_ready.1, deployments_ready.1] {
+            tokio::time::timeout(Duration::from_secs(60), ready)
+                .await
+                .context("the watches did not list the namespace within a minute")?
+                .context("a watch ended")?;
+        }
+        Ok(tracker)
+    }
+
+    /// Waits until `n` Foos exist.
+    pub async fn wait_foos(&self, n: usize) -> Result<()> {
+        let mut counts = self.counts.clone();
+        tokio::time::timeout(Duration::from_secs(600), counts.wait_for(|(foos, _)| *foos >= n))
+            .await
+            .with_context(|| format!("{n} Foos did not show up"))??;
+        Ok(())
+    }
+
+    /// Waits until `n` Foos are converged, measuring from `start`; gives up at `timeout` or when
+    /// `contender` exits.
+    pub async fn wait_converged(
+        &self,
+        n: usize,
+        start: Instant,
+        timeout: Duration,
+        contender: &Component,
+    ) -> Outcome {
+        let mut counts = self.counts.clone();
+        let deadline = start + timeout;
+        loop {
+            if self.converged() >= n {
+                // The moment the last Foo converged, not when this loop noticed it.
+                let last = self
+                    .progress
+                    .lock()
+                    .expect("progress lock")
+                    .timeline
+                    .last()
+                    .map(|(at, _)| *at);
+                return Outcome::Converged(
+                    last.unwrap_or_else(Instant::now).saturating_duration_since(start),
+                );
+            }
+            if !contender.is_running() {
+                return Outcome::Died(contender.log_tail(20));
+            }
+            if Instant::now() >= deadline {
+                return Outcome::TimedOut;
+            }
+            // Woken by progress, or every second to look at the contender and the clock.
+            let _ = tokio::time::timeout(Duration::from_secs(1), counts.changed()).await;
+        }
+    }
+
+    pub fn converged(&self) -> usize {
+        self.counts.borrow().1
+    }
+
+    /// Converged Foos over time, in seconds since `start`, from 0 at `start`.
+    pub fn timeline(&self, start: Instant) -> Vec<(f64, usize)> {
+        let progress = self.progress.lock().expect("progress lock");
+        let mut points = vec![(0.0, 0)];
+        for (at, converged) in &progress.timeline {
+            if let Some(since) = at.checked_duration_since(start) {
+                points.push((since.as_secs_f64(), *converged));
+            }
+        }
+        points
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Feeds one watch into `progress`, reporting on `ready` once the initial list is in.
+async fn follow<K, S>(
+    stream: S,
+    progress: Arc<Mutex<Progress>>,
+    sender: Arc<watch::Sender<(usize, usize)>>,
+    ready: tokio::sync::oneshot::Sender<()>,
+    record: impl Fn(&mut Progress, K),
+) where
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+{
+    let mut ready = Some(ready);
+    let mut stream = std::pin::pin!(stream.default_backoff());
+    while let Some(event) = stream.next().await {
+        let object = match event {
+            Ok(Event::Apply(object) | Event::InitApply(object)) => object,
+            Ok(Event::InitDone) => {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(());
+                }
+                continue;
+            }
+            // Runs never delete objects while they are watched; a watch error is retried.
+            Ok(Event::Init | Event::Delete(_)) | Err(_) => continue,
+        };
+        let mut progress = progress.lock().expect("progress lock");
+        record(&mut progress, object);
+        sender.send_replace((progress.foos.len(), progress.converged));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_foo_converges_once_it_has_status_and_its_deployment_whichever_comes_first() {
+        let mut progress = Progress::default();
+        progress.saw_foo("a", false);
+        progress.saw_deployment("a");
+        assert_eq!(progress.converged, 0);
+        progress.saw_foo("a", true);
+        assert_eq!(progress.converged, 1);
+        progress.saw_foo("b", true);
+        assert_eq!(progress.converged, 1);
+        progress.saw_deployment("b");
+        // Seeing the same objects again (an update, a relist) counts nothing twice.
+        progress.saw_foo("a", true);
+        progress.saw_deployment("b");
+        assert_eq!(
+            (progress.converged, progress.foos.len(), progress.timeline.len()),
+            (2, 2, 2)
+        );
+    }
+}

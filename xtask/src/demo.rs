@@ -1,0 +1,175 @@
+//! `cargo xtask demo`: the operator at work on the seeds' samples, on the local cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use local_cluster::{LocalCluster, paths, toolchain};
+
+/// Where the demo's objects live; recreated on every run so the demo can be repeated.
+const NAMESPACE: &str = "demo";
+
+struct Demo {
+    kubectl: PathBuf,
+    kubeconfig: PathBuf,
+    root: PathBuf,
+}
+
+impl Demo {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.kubectl);
+        cmd.env("KUBECONFIG", &self.kubeconfig).args(args);
+        cmd
+    }
+
+    /// Runs kubectl, echoing the command line as a user would type it.
+    fn show(&self, args: &[&str]) -> Result<()> {
+        println!("\n$ kubectl {}", args.join(" "));
+        let status = self.command(args).status()?;
+        if !status.success() {
+            bail!("kubectl {} failed", args.join(" "));
+        }
+        Ok(())
+    }
+
+    /// Runs kubectl quietly, failing with its error output.
+    fn quiet(&self, args: &[&str]) -> Result<String> {
+        let output = self.command(args).output()?;
+        if !output.status.success() {
+            bail!("kubectl {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Shows a command that is expected to fail, with its error.
+    fn show_refusal(&self, args: &[&str]) -> Result<()> {
+        println!("\n$ kubectl {}", args.join(" "));
+        let output = self.command(args).output()?;
+        if output.status.success() {
+            bail!("kubectl {} was expected to be refused", args.join(" "));
+        }
+        print!("{}", String::from_utf8_lossy(&output.stderr));
+        Ok(())
+    }
+
+    /// Waits until `jsonpath` of `resource` equals `value`, as `kubectl wait` does.
+    fn wait(&self, resource: &str, jsonpath: &str, value: &str) -> Result<()> {
+        let condition = format!("--for=jsonpath={{{jsonpath}}}={value}");
+        self.quiet(&["wait", "-n", NAMESPACE, resource, &condition, "--timeout=90s"])
+            .with_context(|| format!("waiting for {resource} {jsonpath}={value}"))?;
+        Ok(())
+    }
+
+    fn sample(&self, name: &str) -> String {
+        self.root.join("samples").join(name).display().to_string()
+    }
+}
+
+pub async fn run(cluster: &LocalCluster) -> Result<()> {
+    println!("== starting the local cluster (the first run builds Kubernetes from Go modules)");
+    let state = cluster.up().await?;
+    println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
+    let demo = Demo {
+        kubectl: toolchain::ensure()?.kubectl,
+        kubeconfig: cluster.kubeconfig(),
+        root: paths::repo_root(),
+    };
+    demo.show(&["get", "nodes"])?;
+
+    println!("\n== installing the CRDs generated from the Rust types");
+    let crds = demo.root.join("deploy/crds").display().to_string();
+    demo.show(&["apply", "--server-side", "--force-conflicts", "-f", &crds])?;
+    demo.quiet(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"])?;
+    let _ = demo.quiet(&["delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s"]);
+    demo.quiet(&["create", "namespace", NAMESPACE])?;
+
+    println!("\n== starting the operator (logs in {})", cluster.logs_dir().join("sample-operator.log").display());
+    let mut operator = start_operator(cluster)?;
+    let result = scenes(&demo);
+    stop_operator(&mut operator);
+    result?;
+
+    println!("\n== done. The cluster keeps running; `cargo xtask cluster down` stops it.");
+    println!("Run the operator yourself with:");
+    println!("  export KUBECONFIG={}", cluster.kubeconfig().display());
+    println!("  cargo run -p sample-operator -- run");
+    Ok(())
+}
+
+fn scenes(demo: &Demo) -> Result<()> {
+    foo_scene(demo)?;
+    println!("\n== admission refuses invalid objects, naming the field");
+    demo.show_refusal(&["apply", "-n", NAMESPACE, "-f", &demo.sample("invalid/foo-replicas-11.yaml")])?;
+    demo.show_refusal(&["apply", "-n", NAMESPACE, "-f", &demo.sample("invalid/network-gateway-outside.yaml")])?;
+    Ok(())
+}
+
+fn foo_scene(demo: &Demo) -> Result<()> {
+    println!("\n== Foo: the seed's example-foo gets an nginx Deployment it owns");
+    demo.show(&["apply", "-n", NAMESPACE, "-f", &demo.sample("foo.yaml")])?;
+    demo.wait("foo/example-foo", ".status.availableReplicas", "1")?;
+    demo.show(&["get", "-n", NAMESPACE, "foo,deployment", "-o", "wide"])?;
+
+    println!("\n== Foo: scaled from 1 to 3, availableReplicas follows");
+    demo.show(&["patch", "-n", NAMESPACE, "foo", "example-foo", "--type=merge", "-p", r#"{"spec":{"replicas":3}}"#])?;
+    demo.wait("foo/example-foo", ".status.availableReplicas", "3")?;
+    demo.show(&["get", "-n", NAMESPACE, "foo/example-foo", "deployment/example-foo"])?;
+
+    println!("\n== Foo: a Deployment it does not own is left alone");
+    demo.show(&["create", "deployment", "-n", NAMESPACE, "someone-elses", "--image=nginx:1.27"])?;
+    let colliding = "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata:\n  name: colliding\nspec:\n  deploymentName: someone-elses\n  replicas: 1\n";
+    apply_stdin(demo, colliding)?;
+    demo.wait("foo/colliding", r#".status.conditions[?(@.type=="Ready")].reason"#, "ResourceExists")?;
+    demo.show(&["get", "-n", NAMESPACE, "foo/colliding", "-o", "wide"])?;
+    demo.show(&["get", "events.events.k8s.io", "-n", NAMESPACE, "--field-selector=regarding.name=colliding"])?;
+
+    println!("\n== Foo: deleting it deletes its Deployment (the garbage collector follows the owner reference)");
+    demo.show(&["delete", "-n", NAMESPACE, "foo", "example-foo", "--wait=true"])?;
+    demo.quiet(&["wait", "-n", NAMESPACE, "--for=delete", "deployment/example-foo", "--timeout=60s"])?;
+    demo.show(&["get", "-n", NAMESPACE, "deployments"])?;
+    Ok(())
+}
+
+fn apply_stdin(demo: &Demo, yaml: &str) -> Result<()> {
+    use std::io::Write;
+    println!("\n$ kubectl apply -n {NAMESPACE} -f - <<EOF\n{yaml}EOF");
+    let mut child = demo.command(&["apply", "-n", NAMESPACE, "-f", "-"]).stdin(Stdio::piped()).spawn()?;
+    child.stdin.take().context("stdin")?.write_all(yaml.as_bytes())?;
+    if !child.wait()?.success() {
+        bail!("kubectl apply failed");
+    }
+    Ok(())
+}
+
+/// Builds the operator and starts it against the local cluster, logging to the cluster's logs.
+fn start_operator(cluster: &LocalCluster) -> Result<Child> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = paths::repo_root();
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "--package", "sample-operator"])
+        .current_dir(&root)
+        .status()?;
+    if !status.success() {
+        bail!("building the operator failed");
+    }
+    let log = std::fs::File::create(cluster.logs_dir().join("sample-operator.log"))?;
+    let child = Command::new(binary(&root))
+        .args(["run", "--http-address=127.0.0.1:0"])
+        .arg(format!("--kubeconfig={}", cluster.kubeconfig().display()))
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting the operator")?;
+    Ok(child)
+}
+
+fn binary(root: &Path) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    target.join("debug/sample-operator")
+}
+
+/// SIGTERM, as Kubernetes would stop it: in-flight reconciles finish, then it exits.
+fn stop_operator(child: &mut Child) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = child.wait();
+}
