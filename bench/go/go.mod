@@ -1,3 +1,9 @@
+// The Go contenders of `cargo xtask bench`: kubernetes/sample-controller, built unchanged from its
+// module through the tool directive (`go build k8s.io/sample-controller`); a Foo controller on
+// controller-runtime (cmd/controller-runtime-foo); and the ceiling, a plain client-go program
+// (cmd/ceiling). Every k8s.io module is at v0.36.3, the release the local control plane is built
+// from, so the Go build cache is shared with toolchain/kubernetes; controller-runtime v0.24 is
+// the release made for it.
 module sample-operator.local/bench
 
 go 1.26.0

@@ -36,7 +36,11 @@ impl Demo {
     fn quiet(&self, args: &[&str]) -> Result<String> {
         let output = self.command(args).output()?;
         if !output.status.success() {
-            bail!("kubectl {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
+            bail!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
@@ -79,11 +83,35 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
     println!("\n== installing the CRDs generated from the Rust types");
     let crds = demo.root.join("deploy/crds").display().to_string();
     demo.show(&["apply", "--server-side", "--force-conflicts", "-f", &crds])?;
-    demo.quiet(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"])?;
-    let _ = demo.quiet(&["delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s"]);
+    // Multus is not installed here: its NetworkAttachmentDefinition CRD stands in for it, so the
+    // Network controller's backend has somewhere to write.
+    let multus = demo
+        .root
+        .join("deploy/testing/network-attachment-definition-crd.yaml")
+        .display()
+        .to_string();
+    demo.show(&["apply", "--server-side", "--force-conflicts", "-f", &multus])?;
+    demo.quiet(&[
+        "wait",
+        "--for=condition=Established",
+        "crd",
+        "--all",
+        "--timeout=60s",
+    ])?;
+    let _ = demo.quiet(&[
+        "delete",
+        "namespace",
+        NAMESPACE,
+        "--ignore-not-found",
+        "--wait=true",
+        "--timeout=120s",
+    ]);
     demo.quiet(&["create", "namespace", NAMESPACE])?;
 
-    println!("\n== starting the operator (logs in {})", cluster.logs_dir().join("sample-operator.log").display());
+    println!(
+        "\n== starting the operator (logs in {})",
+        cluster.logs_dir().join("sample-operator.log").display()
+    );
     let mut operator = start_operator(cluster)?;
     let result = scenes(&demo);
     stop_operator(&mut operator);
@@ -98,9 +126,23 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
 
 fn scenes(demo: &Demo) -> Result<()> {
     foo_scene(demo)?;
+    network_scene(demo)?;
+    my_custom_resource_scene(demo)?;
     println!("\n== admission refuses invalid objects, naming the field");
-    demo.show_refusal(&["apply", "-n", NAMESPACE, "-f", &demo.sample("invalid/foo-replicas-11.yaml")])?;
-    demo.show_refusal(&["apply", "-n", NAMESPACE, "-f", &demo.sample("invalid/network-gateway-outside.yaml")])?;
+    demo.show_refusal(&[
+        "apply",
+        "-n",
+        NAMESPACE,
+        "-f",
+        &demo.sample("invalid/foo-replicas-11.yaml"),
+    ])?;
+    demo.show_refusal(&[
+        "apply",
+        "-n",
+        NAMESPACE,
+        "-f",
+        &demo.sample("invalid/network-gateway-outside.yaml"),
+    ])?;
     Ok(())
 }
 
@@ -111,29 +153,174 @@ fn foo_scene(demo: &Demo) -> Result<()> {
     demo.show(&["get", "-n", NAMESPACE, "foo,deployment", "-o", "wide"])?;
 
     println!("\n== Foo: scaled from 1 to 3, availableReplicas follows");
-    demo.show(&["patch", "-n", NAMESPACE, "foo", "example-foo", "--type=merge", "-p", r#"{"spec":{"replicas":3}}"#])?;
+    demo.show(&[
+        "patch",
+        "-n",
+        NAMESPACE,
+        "foo",
+        "example-foo",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":3}}"#,
+    ])?;
     demo.wait("foo/example-foo", ".status.availableReplicas", "3")?;
-    demo.show(&["get", "-n", NAMESPACE, "foo/example-foo", "deployment/example-foo"])?;
+    demo.show(&[
+        "get",
+        "-n",
+        NAMESPACE,
+        "foo/example-foo",
+        "deployment/example-foo",
+    ])?;
 
     println!("\n== Foo: a Deployment it does not own is left alone");
-    demo.show(&["create", "deployment", "-n", NAMESPACE, "someone-elses", "--image=nginx:1.27"])?;
+    demo.show(&[
+        "create",
+        "deployment",
+        "-n",
+        NAMESPACE,
+        "someone-elses",
+        "--image=nginx:1.27",
+    ])?;
     let colliding = "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata:\n  name: colliding\nspec:\n  deploymentName: someone-elses\n  replicas: 1\n";
     apply_stdin(demo, colliding)?;
-    demo.wait("foo/colliding", r#".status.conditions[?(@.type=="Ready")].reason"#, "ResourceExists")?;
+    demo.wait(
+        "foo/colliding",
+        r#".status.conditions[?(@.type=="Ready")].reason"#,
+        "ResourceExists",
+    )?;
     demo.show(&["get", "-n", NAMESPACE, "foo/colliding", "-o", "wide"])?;
-    demo.show(&["get", "events.events.k8s.io", "-n", NAMESPACE, "--field-selector=regarding.name=colliding"])?;
+    demo.show(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        NAMESPACE,
+        "--field-selector=regarding.name=colliding",
+    ])?;
 
-    println!("\n== Foo: deleting it deletes its Deployment (the garbage collector follows the owner reference)");
+    println!(
+        "\n== Foo: deleting it deletes its Deployment (the garbage collector follows the owner reference)"
+    );
     demo.show(&["delete", "-n", NAMESPACE, "foo", "example-foo", "--wait=true"])?;
-    demo.quiet(&["wait", "-n", NAMESPACE, "--for=delete", "deployment/example-foo", "--timeout=60s"])?;
+    demo.quiet(&[
+        "wait",
+        "-n",
+        NAMESPACE,
+        "--for=delete",
+        "deployment/example-foo",
+        "--timeout=60s",
+    ])?;
     demo.show(&["get", "-n", NAMESPACE, "deployments"])?;
+    Ok(())
+}
+
+fn network_scene(demo: &Demo) -> Result<()> {
+    println!("\n== Network: the seed's example-network becomes Ready, with its attachment definition");
+    demo.show(&["apply", "-n", NAMESPACE, "-f", &demo.sample("network.yaml")])?;
+    demo.wait(
+        "network/example-network",
+        r#".status.conditions[?(@.type=="Ready")].status"#,
+        "True",
+    )?;
+    demo.show(&["get", "-n", NAMESPACE, "network/example-network", "-o", "wide"])?;
+    demo.show(&[
+        "get",
+        "-n",
+        NAMESPACE,
+        "network-attachment-definitions",
+        "example-network",
+        "-o",
+        "jsonpath={.spec.config}",
+    ])?;
+    println!();
+
+    println!("\n== Network: an overlapping Network in the same namespace is refused");
+    let overlapping = "apiVersion: samplecrd.k8s.io/v1\nkind: Network\nmetadata:\n  name: overlapping\nspec:\n  cidr: 192.168.10.0/24\n  gateway: 192.168.10.1\n";
+    apply_stdin(demo, overlapping)?;
+    demo.wait(
+        "network/overlapping",
+        r#".status.conditions[?(@.type=="Ready")].reason"#,
+        "CIDRConflict",
+    )?;
+    demo.show(&["get", "-n", NAMESPACE, "networks", "-o", "wide"])?;
+    demo.show(&[
+        "get",
+        "-n",
+        NAMESPACE,
+        "network/overlapping",
+        "-o",
+        r#"jsonpath={.status.conditions[?(@.type=="Ready")].message}"#,
+    ])?;
+    println!();
+
+    println!("\n== Network: deleting the older one cleans it from the backend, and the newer recovers");
+    demo.show(&[
+        "delete",
+        "-n",
+        NAMESPACE,
+        "network",
+        "example-network",
+        "--wait=true",
+    ])?;
+    demo.wait(
+        "network/overlapping",
+        r#".status.conditions[?(@.type=="Ready")].status"#,
+        "True",
+    )?;
+    demo.show(&["get", "-n", NAMESPACE, "networks,network-attachment-definitions"])?;
+    Ok(())
+}
+
+fn my_custom_resource_scene(demo: &Demo) -> Result<()> {
+    println!("\n== MyCustomResource: the kubebuilder tutorial's flow");
+    demo.show(&[
+        "apply",
+        "-n",
+        NAMESPACE,
+        "-f",
+        &demo.sample("my-custom-resource.yaml"),
+    ])?;
+    demo.wait(
+        "mycustomresource/my-custom-resource-01",
+        ".status.Healthy",
+        "false",
+    )?;
+    demo.show(&["get", "-n", NAMESPACE, "mycustomresources"])?;
+    println!("\nA Pod named as my-custom-resource-01's spec.name appears:");
+    demo.show(&[
+        "run",
+        "-n",
+        NAMESPACE,
+        "funny-joe",
+        "--image=ubuntu:latest",
+        "--command",
+        "--",
+        "sleep",
+        "infinity",
+    ])?;
+    demo.wait(
+        "mycustomresource/my-custom-resource-01",
+        ".status.Healthy",
+        "true",
+    )?;
+    demo.show(&["get", "-n", NAMESPACE, "mycustomresources,pods"])?;
+    println!("\nThe Pod goes away:");
+    demo.show(&["delete", "-n", NAMESPACE, "pod", "funny-joe", "--wait=true"])?;
+    demo.wait(
+        "mycustomresource/my-custom-resource-01",
+        ".status.Healthy",
+        "false",
+    )?;
+    demo.show(&["get", "-n", NAMESPACE, "mycustomresources"])?;
     Ok(())
 }
 
 fn apply_stdin(demo: &Demo, yaml: &str) -> Result<()> {
     use std::io::Write;
     println!("\n$ kubectl apply -n {NAMESPACE} -f - <<EOF\n{yaml}EOF");
-    let mut child = demo.command(&["apply", "-n", NAMESPACE, "-f", "-"]).stdin(Stdio::piped()).spawn()?;
+    let mut child = demo
+        .command(&["apply", "-n", NAMESPACE, "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()?;
     child.stdin.take().context("stdin")?.write_all(yaml.as_bytes())?;
     if !child.wait()?.success() {
         bail!("kubectl apply failed");
@@ -164,12 +351,17 @@ fn start_operator(cluster: &LocalCluster) -> Result<Child> {
 }
 
 fn binary(root: &Path) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
     target.join("debug/sample-operator")
 }
 
 /// SIGTERM, as Kubernetes would stop it: in-flight reconciles finish, then it exits.
 fn stop_operator(child: &mut Child) {
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
     let _ = child.wait();
 }

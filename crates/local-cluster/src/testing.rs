@@ -269,7 +269,10 @@ pub async fn kubectl(args: &[&str]) -> String {
 
 /// Server-side applies every object of a multi-document YAML manifest (forcing conflicts, as
 /// the tests own what they apply), each in the namespace it names. Returns them as stored.
-pub async fn apply_manifest(client: &Client, yaml: &str) -> std::result::Result<Vec<DynamicObject>, kube::Error> {
+pub async fn apply_manifest(
+    client: &Client,
+    yaml: &str,
+) -> std::result::Result<Vec<DynamicObject>, kube::Error> {
     let params = PatchParams::apply(TEST_MANAGER).force();
     let mut applied = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(yaml) {
@@ -286,8 +289,12 @@ pub async fn apply_manifest(client: &Client, yaml: &str) -> std::result::Result<
         let gvk = GroupVersionKind::gvk(group, version, &types.kind);
         let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
         let api: Api<DynamicObject> = match (caps.scope, obj.metadata.namespace.as_deref()) {
-            (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
-            (kube::discovery::Scope::Namespaced, None) => Api::default_namespaced_with(client.clone(), &resource),
+            (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(client.clone(), ns, &resource)
+            }
+            (kube::discovery::Scope::Namespaced, None) => {
+                Api::default_namespaced_with(client.clone(), &resource)
+            }
             (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
         };
         let name = obj.metadata.name.clone().expect("a named object");

@@ -29,7 +29,7 @@ pub struct Args {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the controllers against a cluster.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions of all resources as multi-document YAML.
     Crd,
 }
@@ -96,7 +96,11 @@ pub struct LeaderElectionArgs {
     #[arg(long, env = "SAMPLE_OPERATOR_LEADER_ELECTION_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
     /// Name of the Lease.
-    #[arg(long, env = "SAMPLE_OPERATOR_LEADER_ELECTION_NAME", default_value = "sample-operator")]
+    #[arg(
+        long,
+        env = "SAMPLE_OPERATOR_LEADER_ELECTION_NAME",
+        default_value = "sample-operator"
+    )]
     pub leader_election_name: String,
     /// Seconds a Lease lasts without renewal: the longest a crashed leader delays a standby.
     #[arg(long, env = "SAMPLE_OPERATOR_LEASE_DURATION_SECONDS", default_value_t = 15)]
@@ -137,7 +141,7 @@ pub fn main() -> ExitCode {
                 Ok(runtime) => runtime,
                 Err(e) => return fail(format!("cannot start the async runtime: {e}")),
             };
-            match runtime.block_on(run_operator(run)) {
+            match runtime.block_on(run_operator(*run)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(message) => fail(message),
             }
@@ -201,7 +205,9 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     let config = kube_config(&args.cluster).await?;
     let server = config.cluster_url.to_string();
     let requests = RequestCounter::default();
-    let client = requests.client(config).map_err(|e| format!("cannot build a client for {server}: {e}"))?;
+    let client = requests
+        .client(config)
+        .map_err(|e| format!("cannot build a client for {server}: {e}"))?;
     let run = RunConfig {
         namespace: args.namespace.clone(),
         controllers: args.controllers.clone(),
@@ -252,7 +258,10 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         }
         let _ = stop.send(());
         if tokio::time::timeout(drain, &mut controllers).await.is_err() {
-            tracing::warn!(?drain, "reconciles still running after the drain timeout: aborting them");
+            tracing::warn!(
+                ?drain,
+                "reconciles still running after the drain timeout: aborting them"
+            );
             controllers.abort();
         }
         Outcome::Stopped
@@ -264,7 +273,9 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
             tracing::info!("stopped");
             Ok(())
         }
-        Outcome::LostLease => Err("lost the leader lease; exiting so that this replica restarts as a standby".into()),
+        Outcome::LostLease => {
+            Err("lost the leader lease; exiting so that this replica restarts as a standby".into())
+        }
     }
 }
 

@@ -32,7 +32,11 @@ impl Health {
     /// `Ok` when ready, else the controllers still syncing.
     pub fn readiness(&self) -> Result<(), Vec<&'static str>> {
         let unsynced = self.unsynced.lock().expect("health lock");
-        if unsynced.is_empty() { Ok(()) } else { Err(unsynced.iter().copied().collect()) }
+        if unsynced.is_empty() {
+            Ok(())
+        } else {
+            Err(unsynced.iter().copied().collect())
+        }
     }
 }
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, Client};
 use kube::runtime::watcher::watch_object;
+use kube::{Api, Client};
 use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::{RunConfig, Telemetry};
@@ -129,7 +129,11 @@ async fn acquire(
             .with_field_manager(format!("{}-lease", crate::FIELD_MANAGER))
             .build()
             .await
-            .map_err(|source| Error::Lease { name: lease.name.clone(), namespace: lease.namespace.clone(), source })?;
+            .map_err(|source| Error::Lease {
+                name: lease.name.clone(),
+                namespace: lease.namespace.clone(),
+                source,
+            })?;
         let (mut is_leader, lease_task) = manager.watch().await;
         let retry = loop {
             if *is_leader.borrow_and_update() {
@@ -167,10 +171,7 @@ async fn acquire(
 }
 
 /// Closing the channel makes the lease task release the lease (if held) and end.
-async fn release(
-    is_leader: tokio::sync::watch::Receiver<bool>,
-    lease_task: LeaseTask,
-) {
+async fn release(is_leader: tokio::sync::watch::Receiver<bool>, lease_task: LeaseTask) {
     drop(is_leader);
     match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
         Ok(Ok(Ok(_))) => tracing::info!("released the leader lease"),

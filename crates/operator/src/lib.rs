@@ -112,7 +112,10 @@ pub struct Telemetry {
 
 impl Telemetry {
     pub fn new(requests: requests::RequestCounter) -> Self {
-        Self { metrics: Arc::new(metrics::Metrics::new(requests)), health: Arc::default() }
+        Self {
+            metrics: Arc::new(metrics::Metrics::new(requests)),
+            health: Arc::default(),
+        }
     }
 }
 
@@ -132,7 +135,13 @@ impl Shared {
             controller: FIELD_MANAGER.into(),
             instance: Some(config.instance.clone()),
         };
-        Self { client, reporter, config, metrics: telemetry.metrics, health: telemetry.health }
+        Self {
+            client,
+            reporter,
+            config,
+            metrics: telemetry.metrics,
+            health: telemetry.health,
+        }
     }
 
     /// An `Api` over the watched namespaces.
@@ -193,7 +202,9 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let shared = Shared::new(client, config, telemetry);
-    shared.health.starting(shared.config.controllers.iter().map(|c| c.label()));
+    shared
+        .health
+        .starting(shared.config.controllers.iter().map(|c| c.label()));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();

@@ -70,13 +70,31 @@ impl Metrics {
     pub fn new(requests: RequestCounter) -> Self {
         let mut registry = Registry::with_prefix("sample_operator");
         let reconciles = Family::<ResultLabels, Counter>::default();
-        registry.register("reconciles", "Reconciles by controller and result", reconciles.clone());
+        registry.register(
+            "reconciles",
+            "Reconciles by controller and result",
+            reconciles.clone(),
+        );
         let errors = Family::<ErrorLabels, Counter>::default();
-        registry.register("reconcile_errors", "Failed reconciles by controller and reason", errors.clone());
-        let duration = Family::<ControllerLabels, Histogram>::new_with_constructor(duration_histogram as fn() -> Histogram);
-        registry.register("reconcile_duration_seconds", "Duration of reconciles", duration.clone());
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles by controller and reason",
+            errors.clone(),
+        );
+        let duration = Family::<ControllerLabels, Histogram>::new_with_constructor(
+            duration_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of reconciles",
+            duration.clone(),
+        );
         let in_flight = Family::<ControllerLabels, Gauge>::default();
-        registry.register("reconciles_in_flight", "Reconciles running now", in_flight.clone());
+        registry.register(
+            "reconciles_in_flight",
+            "Reconciles running now",
+            in_flight.clone(),
+        );
         let awaiting_retry = Family::<ControllerLabels, Gauge>::default();
         registry.register(
             "objects_awaiting_retry",
@@ -84,14 +102,38 @@ impl Metrics {
             awaiting_retry.clone(),
         );
         let leader = Gauge::default();
-        registry.register("leader", "1 while this instance holds the leader lease (or runs without election)", leader.clone());
+        registry.register(
+            "leader",
+            "1 while this instance holds the leader lease (or runs without election)",
+            leader.clone(),
+        );
         let watch_restarts = Family::<ResourceLabels, Counter>::default();
-        registry.register("watch_restarts", "Re-lists of a watched resource after its first list", watch_restarts.clone());
+        registry.register(
+            "watch_restarts",
+            "Re-lists of a watched resource after its first list",
+            watch_restarts.clone(),
+        );
         let watch_errors = Family::<ResourceLabels, Counter>::default();
-        registry.register("watch_errors", "Errors of a watch, each followed by a retry with backoff", watch_errors.clone());
+        registry.register(
+            "watch_errors",
+            "Errors of a watch, each followed by a retry with backoff",
+            watch_errors.clone(),
+        );
         registry.register_collector(Box::new(ApiRequests(requests)));
-        registry.register_collector(Box::new(ProcessCollector { start: Instant::now() }));
-        Self { registry, reconciles, errors, duration, in_flight, awaiting_retry, leader, watch_restarts, watch_errors }
+        registry.register_collector(Box::new(ProcessCollector {
+            start: Instant::now(),
+        }));
+        Self {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            in_flight,
+            awaiting_retry,
+            leader,
+            watch_restarts,
+            watch_errors,
+        }
     }
 
     /// The metrics in the Prometheus text format.
@@ -105,13 +147,22 @@ impl Metrics {
 
     /// Call when a reconcile starts; the guard records its duration and outcome.
     pub fn reconcile(self: &Arc<Self>, controller: &'static str) -> ReconcileTimer {
-        self.in_flight.get_or_create(&ControllerLabels { controller }).inc();
-        ReconcileTimer { metrics: self.clone(), controller, start: Instant::now(), done: false }
+        self.in_flight
+            .get_or_create(&ControllerLabels { controller })
+            .inc();
+        ReconcileTimer {
+            metrics: self.clone(),
+            controller,
+            start: Instant::now(),
+            done: false,
+        }
     }
 
     /// How many objects of `controller` wait for a retry.
     pub fn set_awaiting_retry(&self, controller: &'static str, objects: usize) {
-        self.awaiting_retry.get_or_create(&ControllerLabels { controller }).set(objects as i64);
+        self.awaiting_retry
+            .get_or_create(&ControllerLabels { controller })
+            .set(objects as i64);
     }
 
     pub fn set_leader(&self, leader: bool) {
@@ -123,7 +174,8 @@ impl Metrics {
     pub fn watch_observer<K>(
         self: &Arc<Self>,
         resource: &'static str,
-    ) -> impl FnMut(&Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>) + Send + 'static {
+    ) -> impl FnMut(&Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>) + Send + 'static
+    {
         let metrics = self.clone();
         let mut listed = false;
         move |event| match event {
@@ -139,11 +191,15 @@ impl Metrics {
     }
 
     pub fn watch_restarted(&self, resource: &'static str) {
-        self.watch_restarts.get_or_create(&ResourceLabels { resource }).inc();
+        self.watch_restarts
+            .get_or_create(&ResourceLabels { resource })
+            .inc();
     }
 
     pub fn watch_failed(&self, resource: &'static str) {
-        self.watch_errors.get_or_create(&ResourceLabels { resource }).inc();
+        self.watch_errors
+            .get_or_create(&ResourceLabels { resource })
+            .inc();
     }
 }
 
@@ -162,23 +218,37 @@ impl ReconcileTimer {
         let result = match outcome {
             Ok(()) => "success",
             Err(reason) => {
-                self.metrics.errors.get_or_create(&ErrorLabels { controller, reason }).inc();
+                self.metrics
+                    .errors
+                    .get_or_create(&ErrorLabels { controller, reason })
+                    .inc();
                 "error"
             }
         };
-        self.metrics.reconciles.get_or_create(&ResultLabels { controller, result }).inc();
+        self.metrics
+            .reconciles
+            .get_or_create(&ResultLabels { controller, result })
+            .inc();
         self.done = true;
     }
 }
 
 impl Drop for ReconcileTimer {
     fn drop(&mut self) {
-        let labels = ControllerLabels { controller: self.controller };
+        let labels = ControllerLabels {
+            controller: self.controller,
+        };
         self.metrics.in_flight.get_or_create(&labels).dec();
-        self.metrics.duration.get_or_create(&labels).observe(self.start.elapsed().as_secs_f64());
+        self.metrics
+            .duration
+            .get_or_create(&labels)
+            .observe(self.start.elapsed().as_secs_f64());
         if !self.done {
             // Dropped mid-way: the controller was stopped with the reconcile in flight.
-            let labels = ResultLabels { controller: self.controller, result: "cancelled" };
+            let labels = ResultLabels {
+                controller: self.controller,
+                result: "cancelled",
+            };
             self.metrics.reconciles.get_or_create(&labels).inc();
         }
     }
@@ -220,20 +290,44 @@ struct ProcessCollector {
 
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(process) = ProcessStats::read() else { return Ok(()) };
+        let Some(process) = ProcessStats::read() else {
+            return Ok(());
+        };
         let cpu = ConstCounter::new(process.cpu_seconds);
-        cpu.encode(encoder.encode_descriptor("process_cpu_seconds", "User and system CPU time", None, cpu.metric_type())?)?;
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "User and system CPU time",
+            None,
+            cpu.metric_type(),
+        )?)?;
         for (name, help, value) in [
-            ("process_resident_memory_bytes", "Resident memory", process.resident_bytes),
-            ("process_resident_memory_peak_bytes", "Peak resident memory (VmHWM)", process.peak_resident_bytes),
-            ("process_virtual_memory_bytes", "Virtual memory", process.virtual_bytes),
+            (
+                "process_resident_memory_bytes",
+                "Resident memory",
+                process.resident_bytes,
+            ),
+            (
+                "process_resident_memory_peak_bytes",
+                "Peak resident memory (VmHWM)",
+                process.peak_resident_bytes,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory",
+                process.virtual_bytes,
+            ),
             ("process_open_fds", "Open file descriptors", process.open_fds),
         ] {
             let gauge = ConstGauge::new(value as i64);
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
         }
         let uptime = ConstGauge::new(self.start.elapsed().as_secs_f64());
-        uptime.encode(encoder.encode_descriptor("process_uptime_seconds", "Seconds since the metrics started", None, uptime.metric_type())?)?;
+        uptime.encode(encoder.encode_descriptor(
+            "process_uptime_seconds",
+            "Seconds since the metrics started",
+            None,
+            uptime.metric_type(),
+        )?)?;
         Ok(())
     }
 }
@@ -252,9 +346,14 @@ impl ProcessStats {
     pub fn read() -> Option<Self> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
-        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
+        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .unwrap_or(100) as f64;
         let mut stats = Self::parse(&stat, &status, ticks)?;
-        stats.open_fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(0);
+        stats.open_fds = std::fs::read_dir("/proc/self/fd")
+            .map(|d| d.count() as u64)
+            .unwrap_or(0);
         Some(stats)
     }
 
@@ -289,11 +388,19 @@ mod tests {
 
     #[test]
     fn parses_proc_files() {
-        let stat = "1234 (tokio (worker)) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 100 1000 200";
+        let stat =
+            "1234 (tokio (worker)) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 100 1000 200";
         let status = "Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\nVmSize:\t 4096 kB\n";
         let stats = ProcessStats::parse(stat, status, 100.0).unwrap();
         assert_eq!(stats.cpu_seconds, 3.0);
-        assert_eq!((stats.resident_bytes, stats.peak_resident_bytes, stats.virtual_bytes), (1 << 20, 2 << 20, 4 << 20));
+        assert_eq!(
+            (
+                stats.resident_bytes,
+                stats.peak_resident_bytes,
+                stats.virtual_bytes
+            ),
+            (1 << 20, 2 << 20, 4 << 20)
+        );
     }
 
     #[test]
@@ -319,6 +426,9 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
-        assert!(text.contains("sample_operator_process_resident_memory_bytes"), "{text}");
+        assert!(
+            text.contains("sample_operator_process_resident_memory_bytes"),
+            "{text}"
+        );
     }
 }

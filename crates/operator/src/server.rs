@@ -35,12 +35,18 @@ pub async fn serve(
 }
 
 async fn metrics(State(telemetry): State<Arc<Telemetry>>) -> impl IntoResponse {
-    ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], telemetry.metrics.render())
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        telemetry.metrics.render(),
+    )
 }
 
 async fn readyz(State(telemetry): State<Arc<Telemetry>>) -> impl IntoResponse {
     match telemetry.health.readiness() {
         Ok(()) => (StatusCode::OK, "ok".to_owned()),
-        Err(unsynced) => (StatusCode::SERVICE_UNAVAILABLE, format!("caches not synced: {}", unsynced.join(", "))),
+        Err(unsynced) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("caches not synced: {}", unsynced.join(", ")),
+        ),
     }
 }

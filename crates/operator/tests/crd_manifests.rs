@@ -43,7 +43,8 @@ fn every_crd_document_names_its_group() {
 fn the_helm_chart_ships_the_same_crds() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let plain = std::fs::read_to_string(format!("{root}/deploy/crds/crds.yaml")).unwrap();
-    let chart = std::fs::read_to_string(format!("{root}/deploy/helm/sample-operator/crds/crds.yaml")).unwrap();
+    let chart =
+        std::fs::read_to_string(format!("{root}/deploy/helm/sample-operator/crds/crds.yaml")).unwrap();
     assert!(
         plain == chart,
         "deploy/helm/sample-operator/crds/crds.yaml is stale; copy deploy/crds/crds.yaml over it"

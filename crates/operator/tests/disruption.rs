@@ -22,7 +22,13 @@ const FOOS: usize = 40;
 /// Creates a Foo, retrying through the outage; a create whose answer was lost shows up as
 /// AlreadyExists on the retry, which is success.
 async fn create_until_stored(foos: &Api<Foo>, name: &str) {
-    let foo = Foo::new(name, FooSpec { deployment_name: name.into(), replicas: Some(1) });
+    let foo = Foo::new(
+        name,
+        FooSpec {
+            deployment_name: name.into(),
+            replicas: Some(1),
+        },
+    );
     loop {
         match foos.create(&PostParams::default(), &foo).await {
             Ok(_) => return,
@@ -53,18 +59,29 @@ async fn the_operator_reconnects_after_an_apiserver_restart_and_converges() {
         })
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
-    LocalCluster::default().restart("kube-apiserver").await.expect("the apiserver restarts");
+    LocalCluster::default()
+        .restart("kube-apiserver")
+        .await
+        .expect("the apiserver restarts");
     creator.await.unwrap();
 
     // Every Foo converges, each with exactly its own Deployment.
     let start = std::time::Instant::now();
     loop {
         let list = foos.list(&ListParams::default()).await.unwrap();
-        let available = list.items.iter().filter(|f| f.status.as_ref().is_some_and(|s| s.available_replicas == 1)).count();
+        let available = list
+            .items
+            .iter()
+            .filter(|f| f.status.as_ref().is_some_and(|s| s.available_replicas == 1))
+            .count();
         if list.items.len() == FOOS && available == FOOS {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(180), "{available} of {} Foos available after 180s", list.items.len());
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "{available} of {} Foos available after 180s",
+            list.items.len()
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let deployments = ns.api::<Deployment>().list(&ListParams::default()).await.unwrap();

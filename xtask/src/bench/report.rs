@@ -82,14 +82,13 @@ impl Spread {
     }
 
     /// `12.3 s (11.9–13.0)`, or just the value for one run.
+    /// The spread is left out when it does not show at this precision.
     fn show(&self, unit: &str, decimals: usize) -> String {
-        if self.min == self.max {
-            format!("{:.decimals$}{unit}", self.median)
+        let [median, min, max] = [self.median, self.min, self.max].map(|v| format!("{v:.decimals$}"));
+        if min == max {
+            format!("{median}{unit}")
         } else {
-            format!(
-                "{:.decimals$}{unit} ({:.decimals$}–{:.decimals$})",
-                self.median, self.min, self.max
-            )
+            format!("{median}{unit} ({min}–{max})")
         }
     }
 }
@@ -124,26 +123,28 @@ impl Group<'_> {
         })
     }
 
-    /// Median requests by verb, as `POST 1000 · PATCH 1000`.
+    /// Median requests by verb, as `PATCH 1000 · POST 1000`.
     fn requests(&self) -> String {
-        let mut verbs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-        for run in &self.runs {
-            for verb in by_verb(&run.requests).keys() {
-                verbs.entry(verb.clone()).or_default();
-            }
-        }
-        for (verb, values) in verbs.iter_mut() {
-            values.extend(
-                self.runs
-                    .iter()
-                    .map(|r| *by_verb(&r.requests).get(verb).unwrap_or(&0) as f64),
-            );
-        }
-        let shown: Vec<String> = verbs
-            .iter()
-            .filter_map(|(verb, values)| Spread::of(values.iter().copied()).map(|s| (verb, s.median)))
-            .filter(|(_, median)| *median > 0.0)
-            .map(|(verb, median)| format!("{verb} {median:.0}"))
+        self.median_requests(|r| by_verb(&r.requests))
+    }
+
+    /// Median requests by verb and resource, as `PATCH foos/status 1000 · POST deployments 1000`.
+    fn requests_by_resource(&self) -> String {
+        self.median_requests(|r| r.requests.clone())
+    }
+
+    fn median_requests(&self, counts: impl Fn(&RunResult) -> BTreeMap<String, u64>) -> String {
+        let per_run: Vec<BTreeMap<String, u64>> = self.runs.iter().map(|r| counts(r)).collect();
+        let mut keys: Vec<&String> = per_run.iter().flat_map(|c| c.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        let shown: Vec<String> = keys
+            .into_iter()
+            .filter_map(|key| {
+                let values = per_run.iter().map(|c| *c.get(key).unwrap_or(&0) as f64);
+                let median = Spread::of(values)?.median;
+                (median > 0.0).then(|| format!("{key} {median:.0}"))
+            })
             .collect();
         if shown.is_empty() {
             "none".into()
@@ -202,6 +203,20 @@ fn find(groups: &[Group<'_>], contender: Contender) -> Option<usize> {
     groups
         .iter()
         .position(|g| g.contender == contender && !g.runs.is_empty())
+}
+
+/// The requests of each contender by resource, folded away under a table.
+fn resource_details(md: &mut String, groups: &[Group<'_>]) {
+    md.push_str("<details><summary>Requests by resource</summary>\n\n| Contender | Requests |\n|---|---|\n");
+    for group in groups.iter().filter(|g| !g.runs.is_empty()) {
+        let _ = writeln!(
+            md,
+            "| {} | {} |",
+            group.contender.label(),
+            group.requests_by_resource()
+        );
+    }
+    md.push_str("\n</details>\n\n");
 }
 
 /// The sizes that were run for a scenario, smallest first.
@@ -288,6 +303,7 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
         );
     }
     md.push('\n');
+    resource_details(md, groups);
 }
 
 fn steady_table(md: &mut String, groups: &[Group<'_>], n: usize, window: u64) {
@@ -323,6 +339,7 @@ fn steady_table(md: &mut String, groups: &[Group<'_>], n: usize, window: u64) {
         );
     }
     md.push('\n');
+    resource_details(md, groups);
 }
 
 fn memory_table(md: &mut String, groups: &[Group<'_>], n: usize) {
@@ -330,9 +347,13 @@ fn memory_table(md: &mut String, groups: &[Group<'_>], n: usize) {
         md,
         "## Memory, N = {n}\n\nThe controller converges {n} Foos (a backlog) and its memory is read once it is \
          idle, or two minutes after converging; CPU and requests are counted from its start. sample-controller \
-         starts on Foos the ceiling converged instead, since its rate limit would make it take an hour.\n"
+         starts on Foos the ceiling converged instead, since its rate limit (about 5 Foos a second) would make \
+         converging them take about {} minutes.\n",
+        n.div_ceil(5 * 60)
     );
-    md.push_str("| Contender | Foos | RSS when idle | × ours | Peak RSS | × ours | CPU | Idle after | Requests |\n");
+    md.push_str(
+        "| Contender | Foos | RSS when idle | × ours | Peak RSS | × ours | CPU | Idle after | Requests |\n",
+    );
     md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|---|\n");
     let ours = find(groups, Contender::Ours).map(|i| &groups[i]);
     for group in groups {
@@ -363,6 +384,7 @@ fn memory_table(md: &mut String, groups: &[Group<'_>], n: usize) {
         );
     }
     md.push('\n');
+    resource_details(md, groups);
 }
 
 /// The issue's aims, checked against the medians.
@@ -552,6 +574,13 @@ mod tests {
         let even = Spread::of([4.0, 1.0, 2.0, 3.0]).unwrap();
         assert_eq!((even.median, even.min, even.max), (2.5, 1.0, 4.0));
         assert_eq!(Spread::of([]), None);
+    }
+
+    #[test]
+    fn a_spread_too_small_to_show_is_left_out() {
+        let spread = Spread::of([19.1, 19.2, 19.3]).unwrap();
+        assert_eq!(spread.show(" MiB", 0), "19 MiB");
+        assert_eq!(spread.show(" s", 1), "19.2 s (19.1–19.3)");
     }
 
     #[test]

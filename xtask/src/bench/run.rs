@@ -381,7 +381,10 @@ async fn memory(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult>
     result.seconds = Some(start.elapsed().as_secs_f64());
     result.requests = RequestCounts::scrape(&env.client).await?.since(&counts_before);
     result.note = match (spec.contender.is_rate_limited(), idle) {
-        (true, _) => Some("its rate limit would take an hour to converge this many Foos: it started on Foos the ceiling had converged".into()),
+        (true, _) => Some(format!(
+            "started on Foos the ceiling converged: at 5 a second, its rate limit would take {} minutes",
+            spec.n.div_ceil(5 * 60)
+        )),
         (false, false) => Some("still busy two minutes after converging; memory read then".into()),
         (false, true) => None,
     };

@@ -22,9 +22,7 @@ use std::sync::Arc;
 
 use futures::future::{self, BoxFuture};
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -79,6 +77,7 @@ pub struct Context {
 pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let stopping = shutdown.boxed().shared();
     let (store, writer) = reflector::store();
+    let (resources_listed_tx, mut resources_listed) = tokio::sync::watch::channel(false);
     // Resources by the Pod they name. It follows the same stream as the store, and is updated
     // before the store: by the time a resource can be reconciled (and find its Pod missing),
     // a Pod event already maps to it, so no Pod event falls between the two.
@@ -90,26 +89,16 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
         .modify(|mcr| mcr.managed_fields_mut().clear())
         .inspect_ok(move |event| index.apply(event))
         .reflect(writer)
+        .inspect_ok(mark_ready(resources_listed_tx))
         .applied_objects()
         // Our own status writes do not change the generation: they need no reconcile.
         .predicate_filter(predicates::generation, Default::default());
 
-    let resources_synced = store.clone();
-    let controller = Controller::for_stream(resource_events, store);
+    let (pods, pod_events) = pods::cache_and_events(&shared, shared.config.pod_watch);
     // Each Pod event maps to the resources naming that Pod, by index lookup: never a list of
     // resources from the API, never a scan of the cache.
-    let (controller, pods) = match shared.config.pod_watch {
-        PodWatch::Metadata => {
-            let (store, pod_events) = pods::watch(shared.api::<PartialObjectMeta<Pod>>(), &shared.metrics);
-            let controller = controller.watches_stream(pod_events, move |pod| by_pod.get(&pods::key(&pod)));
-            (controller, PodCache::Metadata(store))
-        }
-        PodWatch::Full => {
-            let (store, pod_events) = pods::watch(shared.api::<Pod>(), &shared.metrics);
-            let controller = controller.watches_stream(pod_events, move |pod| by_pod.get(&pods::key(&pod)));
-            (controller, PodCache::Full(store))
-        }
-    };
+    let controller = Controller::for_stream(resource_events, store)
+        .watches_stream(pod_events, move |pod| by_pod.get(&pods::key(&pod)));
 
     let context = Arc::new(Context {
         client: shared.client.clone(),
@@ -119,12 +108,13 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
         backoff: Backoff::default(),
         stopping: stopping.clone(),
     });
+    // Ready (for /readyz) once both caches hold their first list.
     let health = shared.health.clone();
-    let pods_synced = context.pods.clone();
+    let pods_listed = context.pods.clone();
     tokio::spawn(async move {
-        let _ = resources_synced.wait_until_ready().await;
-        pods_synced.wait_until_ready().await;
-        health.synced(CONTROLLER);
+        if resources_listed.wait_for(|listed| *listed).await.is_ok() && pods_listed.wait_until_ready().await {
+            health.synced(CONTROLLER);
+        }
     });
     let mut controller = controller.with_config(shared.controller_config());
     if let Some(interval) = shared.config.resync {
@@ -141,6 +131,17 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
         .await;
 }
 
+/// An `inspect_ok` callback that sets `listed` once the watch's first list has gone through the
+/// reflector, so that any number of tasks can wait for the cache. (kube's
+/// `Store::wait_until_ready` wakes only one of several concurrent waiters.)
+fn mark_ready<K>(listed: tokio::sync::watch::Sender<bool>) -> impl FnMut(&watcher::Event<K>) {
+    move |event| {
+        if matches!(event, watcher::Event::InitDone) {
+            listed.send_replace(true);
+        }
+    }
+}
+
 /// The index key of a resource: the Pod it names, in its own namespace.
 fn named_pod(mcr: &MyCustomResource) -> Vec<PodKey> {
     mcr.namespace()
@@ -152,9 +153,12 @@ fn named_pod(mcr: &MyCustomResource) -> Vec<PodKey> {
 async fn reconcile(mcr: Arc<MyCustomResource>, ctx: Arc<Context>) -> Result<Action, Error> {
     // The wait gives up when the controller stops: its Pod watch is then no longer polled, so
     // a cache still filling would never fill, and this reconcile would hold up the shutdown.
-    tokio::select! {
-        () = ctx.pods.wait_until_ready() => {}
-        () = ctx.stopping.clone() => return Ok(Action::await_change()),
+    let ready = tokio::select! {
+        ready = ctx.pods.wait_until_ready() => ready,
+        () = ctx.stopping.clone() => false,
+    };
+    if !ready {
+        return Ok(Action::await_change());
     }
     let timer = ctx.metrics.reconcile(CONTROLLER);
     let result = sync(&mcr, &ctx).await;

@@ -10,21 +10,28 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
-use kube::core::PartialObjectMeta;
+use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 
+use super::mark_ready;
 use super::status::Friend;
+use crate::Shared;
 use crate::metrics::Metrics;
 
 /// Where a Pod is: (namespace, name), the key of the index of resources by the Pod they name.
 pub type PodKey = (String, String);
+
+/// A changed Pod, as the mapper to resources sees it: its metadata, however Pods are watched.
+pub type PodEvent = Result<PartialObjectMeta<Pod>, watcher::Error>;
 
 /// How Pods are watched and cached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,7 +46,14 @@ pub enum PodWatch {
 
 /// The cached Pods of the watched namespaces.
 #[derive(Clone)]
-pub enum PodCache {
+pub struct PodCache {
+    store: PodStore,
+    /// True once the first list of Pods is in the store.
+    listed: watch::Receiver<bool>,
+}
+
+#[derive(Clone)]
+enum PodStore {
     Metadata(Store<PartialObjectMeta<Pod>>),
     /// Only with [`PodWatch::Full`].
     Full(Store<Pod>),
@@ -48,36 +62,59 @@ pub enum PodCache {
 impl PodCache {
     /// What the cache says about the Pod `name` in `namespace`; no API request.
     pub fn friend(&self, namespace: &str, name: &str) -> Friend {
-        match self {
-            PodCache::Metadata(store) => {
+        match &self.store {
+            PodStore::Metadata(store) => {
                 let pod = store.get(&ObjectRef::new(name).within(namespace));
                 Friend::from_metadata(pod.as_deref().map(|p| &p.metadata))
             }
-            PodCache::Full(store) => {
+            PodStore::Full(store) => {
                 let pod = store.get(&ObjectRef::new(name).within(namespace));
                 Friend::from_metadata(pod.as_deref().map(|p| &p.metadata))
             }
         }
     }
 
-    /// Completes once the first list of Pods is in the cache. Before that every Pod would look
-    /// missing, and a healthy resource would be marked unhealthy for a moment.
-    pub async fn wait_until_ready(&self) {
-        // An error means the watch is gone because the controller is shutting down; the
-        // reconcile then finishes on whatever the cache holds.
-        let _ = match self {
-            PodCache::Metadata(store) => store.wait_until_ready().await,
-            PodCache::Full(store) => store.wait_until_ready().await,
-        };
+    /// Completes once the first list of Pods is in the cache (true), or when the watch is gone
+    /// (false). Before the first list every Pod would look missing, and a healthy resource
+    /// would be marked unhealthy for a moment.
+    ///
+    /// Any number of reconciles may wait at once. (kube's `Store::wait_until_ready` wakes only
+    /// one of several concurrent waiters: its readiness is a single oneshot receiver, which
+    /// keeps the waker of whoever polled it last. The others would wait forever.)
+    pub async fn wait_until_ready(&self) -> bool {
+        self.listed.clone().wait_for(|listed| *listed).await.is_ok()
     }
 }
 
-/// Watches the Pods of `api` into a new cache; returns the cache and the stream of changed
-/// Pods (including deleted ones), to be mapped to the resources that name them.
-pub fn watch<P>(
+/// Watches the Pods of the watched namespaces into a new cache, as `how` says. Returns the cache
+/// and the stream of changed Pods (deleted ones included), to be mapped to the resources that
+/// name them.
+pub fn cache_and_events(shared: &Shared, how: PodWatch) -> (PodCache, BoxStream<'static, PodEvent>) {
+    let (listed_tx, listed) = watch::channel(false);
+    match how {
+        PodWatch::Metadata => {
+            let (store, events) = reflect(shared.api::<PartialObjectMeta<Pod>>(), &shared.metrics, listed_tx);
+            let store = PodStore::Metadata(store);
+            (PodCache { store, listed }, events.boxed())
+        }
+        PodWatch::Full => {
+            let (store, events) = reflect(shared.api::<Pod>(), &shared.metrics, listed_tx);
+            // The cache keeps the whole Pods; the mapper needs only their metadata.
+            let events = events.map_ok(|pod| pod.metadata.into_response_partial::<Pod>());
+            let store = PodStore::Full(store);
+            (PodCache { store, listed }, events.boxed())
+        }
+    }
+}
+
+fn reflect<P>(
     api: Api<P>,
     metrics: &Arc<Metrics>,
-) -> (Store<P>, impl Stream<Item = Result<P, watcher::Error>> + Send + 'static)
+    listed: watch::Sender<bool>,
+) -> (
+    Store<P>,
+    impl Stream<Item = Result<P, watcher::Error>> + Send + 'static,
+)
 where
     P: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
@@ -87,6 +124,7 @@ where
         .inspect(metrics.watch_observer("pods"))
         .modify(|pod| trim(pod.meta_mut()))
         .reflect(writer)
+        .inspect_ok(mark_ready(listed))
         .touched_objects();
     (store, events)
 }
@@ -116,6 +154,8 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
+    use kube::runtime::watcher::Event;
+    use std::time::Duration;
 
     #[test]
     fn trimming_keeps_identity_and_the_deletion_mark() {
@@ -137,5 +177,53 @@ mod tests {
         assert_eq!(meta.resource_version.as_deref(), Some("7"));
         assert!(meta.deletion_timestamp.is_some());
         assert!(meta.labels.is_none() && meta.annotations.is_none() && meta.finalizers.is_none());
+    }
+
+    fn pod(name: &str, terminating: bool) -> PartialObjectMeta<Pod> {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            deletion_timestamp: terminating.then_some(Time(Timestamp::UNIX_EPOCH)),
+            ..ObjectMeta::default()
+        }
+        .into_response_partial()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_waiter_wakes_when_the_first_list_is_in() {
+        let (store, mut writer) = reflector::store();
+        let (listed_tx, listed) = watch::channel(false);
+        let cache = PodCache {
+            store: PodStore::Metadata(store),
+            listed,
+        };
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let cache = cache.clone();
+                tokio::spawn(async move { cache.wait_until_ready().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut mark = mark_ready(listed_tx);
+        for event in [
+            Event::Init,
+            Event::InitApply(pod("funny-joe", false)),
+            Event::InitApply(pod("leaving", true)),
+            Event::InitDone,
+        ] {
+            writer.apply_watcher_event(&event);
+            mark(&event);
+        }
+        for waiter in waiters {
+            let ready = tokio::time::timeout(Duration::from_secs(5), waiter)
+                .await
+                .expect("every waiter wakes")
+                .expect("the waiter does not panic");
+            assert!(ready);
+        }
+        assert_eq!(cache.friend("default", "funny-joe"), Friend::Found);
+        assert_eq!(cache.friend("default", "leaving"), Friend::Terminating);
+        assert_eq!(cache.friend("default", "lonely-jane"), Friend::Missing);
+        assert_eq!(cache.friend("elsewhere", "funny-joe"), Friend::Missing);
     }
 }

@@ -64,9 +64,7 @@ pub fn desired(mcr: &MyCustomResource, friend: Friend) -> MyCustomResourceStatus
     MyCustomResourceStatus {
         healthy,
         observed_generation: generation,
-        conditions: vec![conditions::ready(
-            healthy, reason, message, generation, previous,
-        )],
+        conditions: vec![conditions::ready(healthy, reason, message, generation, previous)],
     }
 }
 
@@ -104,10 +102,8 @@ mod tests {
     use sample_operator_api::MyCustomResourceSpec;
 
     fn mcr(pod: &str, generation: i64) -> MyCustomResource {
-        let mut mcr = MyCustomResource::new(
-            "my-custom-resource-01",
-            MyCustomResourceSpec { name: pod.into() },
-        );
+        let mut mcr =
+            MyCustomResource::new("my-custom-resource-01", MyCustomResourceSpec { name: pod.into() });
         mcr.metadata.namespace = Some("default".into());
         mcr.metadata.generation = Some(generation);
         mcr

@@ -184,7 +184,7 @@ pub async fn run_selected(
     let health = shared.health.clone();
     let networks_synced = network_store.clone();
     tokio::spawn(async move {
-        let _ = networks_synced.wait_until_ready().await;
+        crate::store_ready(&networks_synced).await;
         health.synced(CONTROLLER);
     });
     let mut controller = Controller::for_stream(network_events, network_store)
@@ -208,7 +208,7 @@ pub async fn run_selected(
 async fn reconcile<B: NetworkBackend>(network: Arc<Network>, ctx: Arc<Context<B>>) -> Result<Action, Error> {
     // Until every Network is listed, an older overlapping one could be missing from the index
     // and a newer Network would be synced, only to be refused a moment later.
-    let _ = ctx.networks.wait_until_ready().await;
+    crate::store_ready(&ctx.networks).await;
     let timer = ctx.metrics.reconcile(CONTROLLER);
     let result = with_finalizer(network.clone(), &ctx).await;
     timer.finish(result.as_ref().map(|_| ()).map_err(Error::reason));

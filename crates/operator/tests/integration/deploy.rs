@@ -2,9 +2,9 @@
 //! apiserver, and agree with each other.
 
 use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
-use kube::Client;
 use local_cluster::testing;
 use serde::Deserialize;
 
@@ -24,12 +24,19 @@ fn documents(yaml: &str) -> Vec<serde_json::Value> {
 async fn dry_run(client: &Client, object: &serde_json::Value) {
     let obj: DynamicObject = serde_json::from_value(object.clone()).expect("an object");
     let types = obj.types.clone().expect("apiVersion and kind");
-    let (group, version) = types.api_version.split_once('/').unwrap_or(("", types.api_version.as_str()));
+    let (group, version) = types
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", types.api_version.as_str()));
     let gvk = GroupVersionKind::gvk(group, version, &types.kind);
-    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.expect("a known kind");
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .expect("a known kind");
     let api: Api<DynamicObject> = match (caps.scope, obj.metadata.namespace.as_deref()) {
         (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
-        (kube::discovery::Scope::Namespaced, None) => Api::namespaced_with(client.clone(), "sample-operator", &resource),
+        (kube::discovery::Scope::Namespaced, None) => {
+            Api::namespaced_with(client.clone(), "sample-operator", &resource)
+        }
         (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
     };
     let name = obj.metadata.name.clone().expect("a name");
@@ -42,8 +49,15 @@ async fn dry_run(client: &Client, object: &serde_json::Value) {
 /// The namespace the manifests install into must exist for a dry run of what goes in it.
 async fn ensure_operator_namespace(client: &Client) {
     let namespace = include_str!("../../../../deploy/operator/namespace.yaml");
-    testing::apply_manifest(client, namespace).await.expect("namespace");
-    assert!(Api::<Namespace>::all(client.clone()).get("sample-operator").await.is_ok());
+    testing::apply_manifest(client, namespace)
+        .await
+        .expect("namespace");
+    assert!(
+        Api::<Namespace>::all(client.clone())
+            .get("sample-operator")
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test]
@@ -66,34 +80,71 @@ async fn the_deploy_manifests_pass_a_server_side_dry_run() {
             dry_run(&client, &object).await;
         }
     }
-    for kind in ["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Deployment"] {
-        assert!(kinds.iter().any(|k| k == kind), "no {kind} in deploy/operator: {kinds:?}");
+    for kind in [
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "Deployment",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == kind),
+            "no {kind} in deploy/operator: {kinds:?}"
+        );
     }
 }
 
 fn cluster_role_rules(objects: &[serde_json::Value]) -> serde_json::Value {
-    objects.iter().find(|o| o["kind"] == "ClusterRole").expect("a ClusterRole")["rules"].clone()
+    objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole")
+        .expect("a ClusterRole")["rules"]
+        .clone()
 }
 
 #[tokio::test]
 async fn the_helm_chart_renders_what_its_values_say_and_passes_a_dry_run() {
     let client = client_with_crds().await;
     ensure_operator_namespace(&client).await;
-    let helm = tokio::task::spawn_blocking(local_cluster::toolchain::helm).await.unwrap().expect("helm builds");
+    let helm = tokio::task::spawn_blocking(local_cluster::toolchain::helm)
+        .await
+        .unwrap()
+        .expect("helm builds");
     let output = tokio::process::Command::new(helm)
-        .args(["template", "sample-operator", &format!("{ROOT}/deploy/helm/sample-operator"), "--namespace", "sample-operator"])
-        .args(["--set", "watchNamespace=team-a", "--set", "controllers={foo,network}", "--set", "log.format=plain"])
+        .args([
+            "template",
+            "sample-operator",
+            &format!("{ROOT}/deploy/helm/sample-operator"),
+            "--namespace",
+            "sample-operator",
+        ])
+        .args([
+            "--set",
+            "watchNamespace=team-a",
+            "--set",
+            "controllers={foo,network}",
+            "--set",
+            "log.format=plain",
+        ])
         .args(["--set", "replicaCount=3"])
         .output()
         .await
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let rendered = documents(&String::from_utf8(output.stdout).unwrap());
     for object in &rendered {
         dry_run(&client, object).await;
     }
 
-    let deployment = rendered.iter().find(|o| o["kind"] == "Deployment").expect("a Deployment");
+    let deployment = rendered
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment");
     assert_eq!(deployment["spec"]["replicas"], 3);
     let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
@@ -101,12 +152,21 @@ async fn the_helm_chart_renders_what_its_values_say_and_passes_a_dry_run() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    for expected in ["run", "--namespace=team-a", "--controllers=foo,network", "--log-format=plain", "--leader-elect"] {
+    for expected in [
+        "run",
+        "--namespace=team-a",
+        "--controllers=foo,network",
+        "--log-format=plain",
+        "--leader-elect",
+    ] {
         assert!(args.contains(&expected), "{expected} missing from {args:?}");
     }
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
 
     // The chart grants exactly what the plain manifests grant.
     let plain = documents(include_str!("../../../../deploy/operator/rbac.yaml"));

@@ -7,7 +7,7 @@ mod api;
 mod cluster;
 mod deploy;
 mod foo;
-mod process;
 mod my_custom_resource;
 mod network;
+mod process;
 mod support;

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
+use sample_operator::requests::RequestCounter;
 use sample_operator::{ControllerName, RunConfig};
 use sample_operator_api::{MyCustomResource, MyCustomResourceSpec};
 use serde_json::json;
@@ -96,9 +97,10 @@ async fn wait_healthy_within(
         &format!("Healthy {healthy}, Ready {status} {reason}"),
         timeout,
         |m| {
-            m.status.as_ref().is_some_and(|s| {
-                s.healthy == healthy && s.observed_generation == m.metadata.generation
-            }) && ready(m).is_some_and(|r| r.0 == status && r.1 == reason)
+            m.status
+                .as_ref()
+                .is_some_and(|s| s.healthy == healthy && s.observed_generation == m.metadata.generation)
+                && ready(m).is_some_and(|r| r.0 == status && r.1 == reason)
         },
     )
     .await
@@ -136,10 +138,7 @@ async fn the_seeds_flow_a_friend_pod_makes_01_healthy_and_02_stays_unhealthy() {
     for name in ["my-custom-resource-01", "my-custom-resource-02"] {
         wait_healthy(&mcrs, name, false).await;
         // The seed leaves `Healthy` out when false (omitempty); here it is always written.
-        assert_eq!(
-            stored_healthy(&client, &ns.name, name).await,
-            Some(json!(false))
-        );
+        assert_eq!(stored_healthy(&client, &ns.name, name).await, Some(json!(false)));
     }
 
     // The seed's Pod, named as in -01's spec.name.
@@ -147,7 +146,10 @@ async fn the_seeds_flow_a_friend_pod_makes_01_healthy_and_02_stays_unhealthy() {
     create_pod(&pods, &pod("funny-joe")).await;
     let started = Instant::now();
     let healthy = wait_healthy_within(&mcrs, "my-custom-resource-01", true, REACTION).await;
-    eprintln!("my-custom-resource-01 healthy {:?} after the Pod was created", started.elapsed());
+    eprintln!(
+        "my-custom-resource-01 healthy {:?} after the Pod was created",
+        started.elapsed()
+    );
     assert_eq!(
         ready(&healthy).unwrap().2,
         format!("Pod \"funny-joe\" exists in namespace {:?}", ns.name)
@@ -163,14 +165,21 @@ async fn the_seeds_flow_a_friend_pod_makes_01_healthy_and_02_stays_unhealthy() {
         format!("No Pod \"lonely-jane\" in namespace {:?}", ns.name)
     );
 
-    pods.delete("funny-joe", &DeleteParams::default())
-        .await
-        .unwrap();
+    pods.delete("funny-joe", &DeleteParams::default()).await.unwrap();
     wait_healthy_within(&mcrs, "my-custom-resource-01", false, REACTION).await;
     testing::wait_for_deletion(&pods, "funny-joe", TIMEOUT)
         .await
         .unwrap();
-    let gone = wait_healthy(&mcrs, "my-custom-resource-01", false).await;
+    let gone = testing::wait_for(
+        &mcrs,
+        "my-custom-resource-01",
+        "the Pod reported gone",
+        TIMEOUT,
+        |m| ready(m).is_some_and(|r| r.2.starts_with("No Pod")),
+    )
+    .await
+    .unwrap();
+    assert!(!gone.status.as_ref().unwrap().healthy);
     assert_eq!(
         ready(&gone).unwrap().2,
         format!("No Pod \"funny-joe\" in namespace {:?}", ns.name)
@@ -179,7 +188,15 @@ async fn the_seeds_flow_a_friend_pod_makes_01_healthy_and_02_stays_unhealthy() {
         stored_healthy(&client, &ns.name, "my-custom-resource-01").await,
         Some(json!(false))
     );
-    assert!(!mcrs.get("my-custom-resource-02").await.unwrap().status.unwrap().healthy);
+    assert!(
+        !mcrs
+            .get("my-custom-resource-02")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .healthy
+    );
     operator.stop().await;
     ns.delete().await;
 }
@@ -215,9 +232,7 @@ async fn a_terminating_pod_is_not_a_friend() {
     pods.patch("held", &PatchParams::default(), &Patch::Merge(&release))
         .await
         .unwrap();
-    testing::wait_for_deletion(&pods, "held", TIMEOUT)
-        .await
-        .unwrap();
+    testing::wait_for_deletion(&pods, "held", TIMEOUT).await.unwrap();
     testing::wait_for(&mcrs, "waiting", "the Pod reported gone", REACTION, |m| {
         ready(m).is_some_and(|r| r.2.starts_with("No Pod"))
     })
@@ -251,7 +266,10 @@ async fn a_pod_in_another_namespace_does_not_count() {
         .await
         .unwrap();
     their_mcrs
-        .create(&PostParams::default(), &my_custom_resource("theirs", "shared-name"))
+        .create(
+            &PostParams::default(),
+            &my_custom_resource("theirs", "shared-name"),
+        )
         .await
         .unwrap();
     wait_healthy(&my_mcrs, "mine", false).await;
@@ -265,7 +283,10 @@ async fn a_pod_in_another_namespace_does_not_count() {
     wait_running(&their_pods, "shared-name").await;
     // A resource created now, in my namespace, is reconciled with their Pod in the cache.
     my_mcrs
-        .create(&PostParams::default(), &my_custom_resource("mine-too", "shared-name"))
+        .create(
+            &PostParams::default(),
+            &my_custom_resource("mine-too", "shared-name"),
+        )
         .await
         .unwrap();
     wait_healthy(&my_mcrs, "mine-too", false).await;
@@ -372,6 +393,43 @@ async fn a_pod_event_reaches_exactly_the_resources_naming_it_without_api_reads()
 }
 
 #[tokio::test]
+async fn the_deployed_rbac_is_all_the_controller_needs() {
+    let _shared = ALL_NAMESPACES.read().await;
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "mcr-rbac").await;
+    // The operator acts as its ServiceAccount: whatever deploy/operator/rbac.yaml does not grant
+    // (the Pod watch, the status patch, events) fails here.
+    let operator_client = RequestCounter::default()
+        .client(crate::support::operator_config(&client).await)
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let config = RunConfig {
+        namespace: Some(ns.name.clone()),
+        controllers: vec![ControllerName::MyCustomResource],
+        instance: "integration-test".into(),
+        ..RunConfig::default()
+    };
+    let operator = tokio::spawn(sample_operator::run(operator_client, config, async move {
+        let _ = stopped.await;
+    }));
+    let mcrs = ns.api::<MyCustomResource>();
+    mcrs.create(&PostParams::default(), &my_custom_resource("granted", "friend"))
+        .await
+        .unwrap();
+    wait_healthy(&mcrs, "granted", false).await;
+    let pods = pods_in(&client, &ns.name).await;
+    create_pod(&pods, &pod("friend")).await;
+    wait_healthy(&mcrs, "granted", true).await;
+    wait_for_event(&client, &ns.name, "granted", "FriendFound").await;
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(30), operator)
+        .await
+        .expect("the operator stops within 30s")
+        .expect("the operator task does not panic");
+    ns.delete().await;
+}
+
+#[tokio::test]
 async fn status_is_written_only_when_it_changes() {
     let _shared = ALL_NAMESPACES.read().await;
     let client = client_with_crds().await;
@@ -467,9 +525,7 @@ async fn events_on_transitions_only() {
     );
 
     // Losing the friend is one transition, however many steps the deletion takes.
-    pods.delete("flapper", &DeleteParams::default())
-        .await
-        .unwrap();
+    pods.delete("flapper", &DeleteParams::default()).await.unwrap();
     testing::wait_for_deletion(&pods, "flapper", TIMEOUT)
         .await
         .unwrap();
@@ -587,7 +643,13 @@ async fn measure_operator(
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sample-operator").to_owned());
     let mut command = tokio::process::Command::new(&binary);
     command
-        .args(["run", "--namespace", namespace, "--controllers", "my-custom-resource"])
+        .args([
+            "run",
+            "--namespace",
+            namespace,
+            "--controllers",
+            "my-custom-resource",
+        ])
         .args(["--log-level", "warn"])
         .args(flags)
         // Any free port for its HTTP server, so that runs never collide on one.

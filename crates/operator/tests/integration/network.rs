@@ -20,7 +20,7 @@ use sample_operator_api::ip::IpFamily;
 use sample_operator_api::{Network, NetworkSpec};
 use serde_json::json;
 
-use crate::support::{Operator, SCHEMA, client_with_crds, events_about, wait_for_event};
+use crate::support::{Operator, client_with_crds, events_about, store_despite_schema, wait_for_event};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// How soon a refused Network recovers once the one it yielded to is gone or moved.
@@ -391,49 +391,52 @@ async fn a_conflict_follows_changes_of_either_network() {
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     let nads = ns.api::<NetworkAttachmentDefinition>();
+    // Named in the order of creation: within the same second, the name decides.
     networks
         .create(
             &PostParams::default(),
-            &network("older", "10.20.0.0/16", "10.20.0.1"),
+            &network("first", "10.20.0.0/16", "10.20.0.1"),
         )
         .await
         .unwrap();
-    wait_synced(&networks, "older", TIMEOUT).await;
+    wait_synced(&networks, "first", TIMEOUT).await;
     networks
         .create(
             &PostParams::default(),
-            &network("newer", "10.20.1.0/24", "10.20.1.1"),
+            &network("second", "10.20.1.0/24", "10.20.1.1"),
         )
         .await
         .unwrap();
-    wait_refused(&networks, "newer", "CIDRConflict", TIMEOUT).await;
+    wait_refused(&networks, "second", "CIDRConflict", TIMEOUT).await;
 
-    // The older one moves away: the newer one recovers without a change of its own, and the
-    // older one's definition follows its new prefix.
-    set_cidr(&networks, "older", "10.30.0.0/16", "10.30.0.1").await;
-    wait_synced(&networks, "newer", RECOVERY).await;
-    let moved = wait_synced(&networks, "older", TIMEOUT).await;
+    // The first one moves away: the second one recovers without a change of its own, and the
+    // first one's definition follows its new prefix.
+    set_cidr(&networks, "first", "10.30.0.0/16", "10.30.0.1").await;
+    wait_synced(&networks, "second", RECOVERY).await;
+    let moved = wait_synced(&networks, "first", TIMEOUT).await;
     assert_eq!(moved.status.unwrap().prefix.as_deref(), Some("10.30.0.0/16"));
-    let nad = testing::wait_for(&nads, "older", "the new prefix", TIMEOUT, |nad| {
+    let nad = testing::wait_for(&nads, "first", "the new prefix", TIMEOUT, |nad| {
         subnet_of(nad) == "10.30.0.0/16"
     })
     .await
     .unwrap();
     assert_eq!(config_of(&nad)["ipam"]["ranges"][0][0]["gateway"], "10.30.0.1");
-    assert!(nads.get_opt("newer").await.unwrap().is_some());
+    assert!(nads.get_opt("second").await.unwrap().is_some());
 
-    // The newer one moves into the older one's prefix: refused again, and out of the backend.
-    set_cidr(&networks, "newer", "10.30.2.0/24", "10.30.2.1").await;
-    let refused = wait_refused(&networks, "newer", "CIDRConflict", TIMEOUT).await;
+    // The second one moves into the first one's prefix: refused again, and out of the backend.
+    set_cidr(&networks, "second", "10.30.2.0/24", "10.30.2.1").await;
+    let refused = wait_refused(&networks, "second", "CIDRConflict", TIMEOUT).await;
     assert!(
-        message(&refused).contains(r#"Network "older""#),
+        message(&refused).contains(r#"Network "first""#),
         "{}",
         message(&refused)
     );
-    testing::wait_for_deletion(&nads, "newer", TIMEOUT).await.unwrap();
+    testing::wait_for_deletion(&nads, "second", TIMEOUT)
+        .await
+        .unwrap();
     // And moving back out, it is synced once more.
-    set_cidr(&networks, "newer", "10.40.0.0/24", "10.40.0.1").await;
-    wait_synced(&networks, "newer", TIMEOUT).await;
+    set_cidr(&networks, "second", "10.40.0.0/24", "10.40.0.1").await;
+    wait_synced(&networks, "second", TIMEOUT).await;
     operator.stop().await;
     ns.delete().await;
 }
@@ -785,7 +788,6 @@ async fn a_network_that_slipped_past_admission_is_reported_and_not_retried() {
 /// Stores a Network that the current schema would refuse, as if it had been created before the
 /// schema had the rules: the CRD is relaxed for a moment, then restored.
 async fn store_network_the_schema_refuses(client: &Client, namespace: &str, invalid: Network) {
-    let _exclusive = SCHEMA.write().await;
     let mut relaxed = Network::crd();
     let schema = relaxed.spec.versions[0]
         .schema
@@ -799,14 +801,7 @@ async fn store_network_the_schema_refuses(client: &Client, namespace: &str, inva
     for field in spec.properties.as_mut().unwrap().values_mut() {
         field.x_kubernetes_validations = None;
     }
-    testing::install_crds(client, &[relaxed]).await.unwrap();
-    let stored = Api::<Network>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &invalid)
-        .await;
-    testing::install_crds(client, &sample_operator_api::crds())
-        .await
-        .unwrap();
-    stored.expect("the relaxed schema takes the Network");
+    store_despite_schema(client, namespace, relaxed, &invalid).await;
 }
 
 #[tokio::test]

@@ -28,7 +28,11 @@ struct OperatorProcess {
 
 impl OperatorProcess {
     fn spawn(name: &str, dir: &Path, args: &[&str]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(BINARY)
@@ -55,7 +59,8 @@ impl OperatorProcess {
     /// The value of one metric line, such as `sample_operator_leader`.
     fn metric(&self, series: &str) -> Option<f64> {
         let (_, body) = self.get("/metrics")?;
-        body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
     fn is_leader(&self) -> bool {
@@ -65,7 +70,10 @@ impl OperatorProcess {
     fn writes(&self) -> f64 {
         ["POST", "PUT", "PATCH", "DELETE"]
             .iter()
-            .map(|m| self.metric(&format!("sample_operator_api_requests_total{{method=\"{m}\"}}")).unwrap_or(0.0))
+            .map(|m| {
+                self.metric(&format!("sample_operator_api_requests_total{{method=\"{m}\"}}"))
+                    .unwrap_or(0.0)
+            })
             .sum()
     }
 
@@ -79,7 +87,11 @@ impl OperatorProcess {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(start.elapsed() < timeout, "did not exit within {timeout:?}; log:\n{}", self.log());
+            assert!(
+                start.elapsed() < timeout,
+                "did not exit within {timeout:?}; log:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -104,7 +116,10 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     Some((status, body))
 }
 
@@ -134,7 +149,13 @@ async fn wait_foo_available(foos: &kube::Api<Foo>, name: &str) {
 }
 
 async fn create_foo(foos: &kube::Api<Foo>, name: &str) {
-    let foo = Foo::new(name, FooSpec { deployment_name: name.into(), replicas: Some(1) });
+    let foo = Foo::new(
+        name,
+        FooSpec {
+            deployment_name: name.into(),
+            replicas: Some(1),
+        },
+    );
     foos.create(&PostParams::default(), &foo).await.unwrap();
 }
 
@@ -161,13 +182,19 @@ async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
     ];
     let a = OperatorProcess::spawn("replica-a", &dir, &args);
     let b = OperatorProcess::spawn("replica-b", &dir, &args);
-    eventually("one replica leads", Duration::from_secs(30), || a.is_leader() || b.is_leader()).await;
+    eventually("one replica leads", Duration::from_secs(30), || {
+        a.is_leader() || b.is_leader()
+    })
+    .await;
     let (mut leader, standby) = if a.is_leader() { (a, b) } else { (b, a) };
     assert!(!standby.is_leader(), "two leaders");
     // Both are alive and ready: a standby is ready by design.
     for replica in [&leader, &standby] {
         assert_eq!(replica.get("/healthz").map(|r| r.0), Some(200));
-        eventually("ready", Duration::from_secs(30), || replica.get("/readyz").is_some_and(|r| r.0 == 200)).await;
+        eventually("ready", Duration::from_secs(30), || {
+            replica.get("/readyz").is_some_and(|r| r.0 == 200)
+        })
+        .await;
     }
 
     // (Before the election settled, both may have tried to create or take the Lease.)
@@ -176,34 +203,70 @@ async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
     create_foo(&foos, "first").await;
     wait_foo_available(&foos, "first").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(leader.writes() > 0.0, "the leader wrote nothing:\n{}", leader.log());
-    assert_eq!(standby.writes(), standby_writes, "the standby wrote:\n{}", standby.log());
+    assert!(
+        leader.writes() > 0.0,
+        "the leader wrote nothing:\n{}",
+        leader.log()
+    );
+    assert_eq!(
+        standby.writes(),
+        standby_writes,
+        "the standby wrote:\n{}",
+        standby.log()
+    );
 
     // A crashed leader blocks the standby for at most the lease duration.
     leader.signal(Signal::SIGKILL);
     let _ = leader.wait_exit(Duration::from_secs(10));
-    let took = eventually("the standby takes over", Duration::from_secs(15), || standby.is_leader()).await;
-    assert!(took < Duration::from_secs(6 + 3), "handover after SIGKILL took {took:?}");
+    let took = eventually("the standby takes over", Duration::from_secs(15), || {
+        standby.is_leader()
+    })
+    .await;
+    assert!(
+        took < Duration::from_secs(6 + 3),
+        "handover after SIGKILL took {took:?}"
+    );
     create_foo(&foos, "second").await;
     wait_foo_available(&foos, "second").await;
 
     // A leader that stops gracefully releases the lease, and a standby takes it at once.
     let mut leader = standby;
     let next = OperatorProcess::spawn("replica-c", &dir, &args);
-    eventually("the new replica is ready", Duration::from_secs(30), || next.get("/readyz").is_some_and(|r| r.0 == 200)).await;
+    eventually("the new replica is ready", Duration::from_secs(30), || {
+        next.get("/readyz").is_some_and(|r| r.0 == 200)
+    })
+    .await;
     assert!(!next.is_leader());
     leader.signal(Signal::SIGTERM);
     let status = leader.wait_exit(Duration::from_secs(15));
-    assert!(status.success(), "exit {status:?} after SIGTERM; log:\n{}", leader.log());
-    assert!(leader.log().contains("released the leader lease"), "{}", leader.log());
-    let took = eventually("the standby takes over", Duration::from_secs(15), || next.is_leader()).await;
-    assert!(took < Duration::from_secs(4), "handover after SIGTERM took {took:?}");
+    assert!(
+        status.success(),
+        "exit {status:?} after SIGTERM; log:\n{}",
+        leader.log()
+    );
+    assert!(
+        leader.log().contains("released the leader lease"),
+        "{}",
+        leader.log()
+    );
+    let took = eventually("the standby takes over", Duration::from_secs(15), || {
+        next.is_leader()
+    })
+    .await;
+    assert!(
+        took < Duration::from_secs(4),
+        "handover after SIGTERM took {took:?}"
+    );
     create_foo(&foos, "third").await;
     wait_foo_available(&foos, "third").await;
 
     let mut next = next;
     next.signal(Signal::SIGINT);
-    assert!(next.wait_exit(Duration::from_secs(15)).success(), "{}", next.log());
+    assert!(
+        next.wait_exit(Duration::from_secs(15)).success(),
+        "{}",
+        next.log()
+    );
     ns.delete().await;
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -216,18 +279,36 @@ async fn probes_and_metrics_report_what_happens() {
     let kubeconfig = operator_kubeconfig(&client, &dir).await;
     let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
     let namespace_arg = format!("--namespace={}", ns.name);
-    let mut operator =
-        OperatorProcess::spawn("metrics", &dir, &[&kubeconfig_arg, &namespace_arg, "--controllers=foo", "--log-format=json"]);
-    eventually("ready", Duration::from_secs(30), || operator.get("/readyz").is_some_and(|r| r.0 == 200)).await;
+    let mut operator = OperatorProcess::spawn(
+        "metrics",
+        &dir,
+        &[
+            &kubeconfig_arg,
+            &namespace_arg,
+            "--controllers=foo",
+            "--log-format=json",
+        ],
+    );
+    eventually("ready", Duration::from_secs(30), || {
+        operator.get("/readyz").is_some_and(|r| r.0 == 200)
+    })
+    .await;
     assert_eq!(operator.get("/healthz"), Some((200, "ok".into())));
-    assert_eq!(operator.metric("sample_operator_leader"), Some(1.0), "without election it leads");
+    assert_eq!(
+        operator.metric("sample_operator_leader"),
+        Some(1.0),
+        "without election it leads"
+    );
     let success = r#"sample_operator_reconciles_total{controller="foo",result="success"}"#;
     let before = operator.metric(success).unwrap_or(0.0);
 
     let foos = ns.api::<Foo>();
     create_foo(&foos, "measured").await;
     wait_foo_available(&foos, "measured").await;
-    eventually("reconciles are counted", Duration::from_secs(10), || operator.metric(success).unwrap_or(0.0) > before).await;
+    eventually("reconciles are counted", Duration::from_secs(10), || {
+        operator.metric(success).unwrap_or(0.0) > before
+    })
+    .await;
     let (_, metrics) = operator.get("/metrics").unwrap();
     for series in [
         r#"sample_operator_reconcile_duration_seconds_count{controller="foo"}"#,
@@ -238,22 +319,42 @@ async fn probes_and_metrics_report_what_happens() {
     ] {
         assert!(metrics.contains(series), "{series} missing:\n{metrics}");
     }
-    assert!(operator.metric(r#"sample_operator_api_requests_total{method="POST"}"#).unwrap_or(0.0) >= 1.0);
+    assert!(
+        operator
+            .metric(r#"sample_operator_api_requests_total{method="POST"}"#)
+            .unwrap_or(0.0)
+            >= 1.0
+    );
     // JSON logs, one object a line.
     let log = operator.log();
     let first = log.lines().next().unwrap_or_default();
-    assert!(serde_json::from_str::<serde_json::Value>(first).is_ok(), "not JSON: {first}");
+    assert!(
+        serde_json::from_str::<serde_json::Value>(first).is_ok(),
+        "not JSON: {first}"
+    );
 
     operator.signal(Signal::SIGTERM);
-    assert!(operator.wait_exit(Duration::from_secs(15)).success(), "{}", operator.log());
+    assert!(
+        operator.wait_exit(Duration::from_secs(15)).success(),
+        "{}",
+        operator.log()
+    );
     ns.delete().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Runs the binary to completion and returns its exit status and stderr.
 fn run_to_end(args: &[&str]) -> (ExitStatus, String) {
-    let output = Command::new(BINARY).arg("run").args(args).arg("--http-address=127.0.0.1:0").output().unwrap();
-    (output.status, String::from_utf8_lossy(&output.stderr).into_owned())
+    let output = Command::new(BINARY)
+        .arg("run")
+        .args(args)
+        .arg("--http-address=127.0.0.1:0")
+        .output()
+        .unwrap();
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 fn assert_one_clear_line(status: ExitStatus, stderr: &str, expected: &str) {
@@ -261,7 +362,10 @@ fn assert_one_clear_line(status: ExitStatus, stderr: &str, expected: &str) {
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "expected one line:\n{stderr}");
     assert!(lines[0].contains(expected), "{stderr}");
-    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
@@ -275,14 +379,21 @@ async fn a_misconfiguration_ends_with_one_clear_line() {
     let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
     // Nothing listens on port 1.
     let (status, stderr) = run_to_end(&[&kubeconfig_arg, "--master=https://127.0.0.1:1"]);
-    assert_one_clear_line(status, &stderr, "cannot reach the API server at https://127.0.0.1:1/");
+    assert_one_clear_line(
+        status,
+        &stderr,
+        "cannot reach the API server at https://127.0.0.1:1/",
+    );
 
     // An API server without the CRDs: a stub that knows /version and nothing else.
     let port = serve_without_crds();
     let master = format!("--master=http://127.0.0.1:{port}");
     let (status, stderr) = run_to_end(&[&kubeconfig_arg, &master, "--controllers=foo"]);
     assert_one_clear_line(status, &stderr, "the Foo CRD is not installed");
-    assert!(stderr.contains("kubectl apply --server-side -f deploy/crds/"), "{stderr}");
+    assert!(
+        stderr.contains("kubectl apply --server-side -f deploy/crds/"),
+        "{stderr}"
+    );
 }
 
 /// A stub API server on loopback: `/version` answers, every other path is 404 as for a
@@ -298,7 +409,11 @@ fn serve_without_crds() -> u16 {
             let request = String::from_utf8_lossy(&buf[..n]);
             let path = request.split_whitespace().nth(1).unwrap_or("/");
             let (status, body) = if path == "/version" {
-                ("200 OK", r#"{"major":"1","minor":"36","gitVersion":"v1.36.3","platform":"linux/amd64"}"#.to_owned())
+                (
+                    "200 OK",
+                    r#"{"major":"1","minor":"36","gitVersion":"v1.36.3","platform":"linux/amd64"}"#
+                        .to_owned(),
+                )
             } else {
                 (
                     "404 Not Found",

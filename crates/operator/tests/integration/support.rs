@@ -47,7 +47,10 @@ impl Operator {
 
     pub async fn start_with(config: RunConfig) -> Self {
         let requests = RequestCounter::default();
-        let client = requests.client(testing::config().await).expect("operator client");
+        // As its ServiceAccount: whatever the operator does in a test, deploy/operator/rbac.yaml
+        // must allow.
+        let as_operator = operator_config(&testing::client().await).await;
+        let client = requests.client(as_operator).expect("operator client");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(sample_operator::run(client, config, async move {
             let _ = stopped.await;
@@ -106,7 +109,9 @@ pub async fn install_operator_rbac(client: &Client) {
         include_str!("../../../../deploy/operator/serviceaccount.yaml"),
         include_str!("../../../../deploy/operator/rbac.yaml"),
     ] {
-        testing::apply_manifest(client, manifest).await.expect("operator RBAC applies");
+        testing::apply_manifest(client, manifest)
+            .await
+            .expect("operator RBAC applies");
     }
 }
 
@@ -116,8 +121,11 @@ pub async fn operator_config(client: &Client) -> kube::Config {
     install_operator_rbac(client).await;
     let mut config = testing::config().await;
     config.auth_info.impersonate = Some(OPERATOR_USER.into());
-    config.auth_info.impersonate_groups =
-        Some(vec!["system:serviceaccounts".into(), "system:serviceaccounts:sample-operator".into(), "system:authenticated".into()]);
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".into(),
+        "system:serviceaccounts:sample-operator".into(),
+        "system:authenticated".into(),
+    ]);
     config
 }
 
@@ -126,11 +134,53 @@ pub async fn operator_kubeconfig(client: &Client, dir: &std::path::Path) -> std:
     install_operator_rbac(client).await;
     let admin = local_cluster::LocalCluster::default().kubeconfig();
     let mut kubeconfig: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&admin).expect("the local cluster's kubeconfig")).expect("YAML");
+        serde_yaml::from_str(&std::fs::read_to_string(&admin).expect("the local cluster's kubeconfig"))
+            .expect("YAML");
     let user = &mut kubeconfig["users"][0]["user"];
     user["as"] = OPERATOR_USER.into();
-    user["as-groups"] = serde_yaml::to_value(["system:serviceaccounts", "system:serviceaccounts:sample-operator", "system:authenticated"]).expect("groups");
+    user["as-groups"] = serde_yaml::to_value([
+        "system:serviceaccounts",
+        "system:serviceaccounts:sample-operator",
+        "system:authenticated",
+    ])
+    .expect("groups");
     let path = dir.join("operator.kubeconfig");
     std::fs::write(&path, serde_yaml::to_string(&kubeconfig).expect("YAML")).expect("write kubeconfig");
     path
+}
+
+/// Stores `object`, which the current schema refuses, as if it had been created before the
+/// schema had its rules: the CRD is replaced by `relaxed` for a moment, then restored. The
+/// apiserver picks up a changed CRD schema shortly after the update, not with it, so the create
+/// is retried while the old schema still answers.
+pub async fn store_despite_schema<K>(
+    client: &Client,
+    namespace: &str,
+    relaxed: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    object: &K,
+) where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let _exclusive = SCHEMA.write().await;
+    testing::install_crds(client, &[relaxed])
+        .await
+        .expect("the relaxed CRD installs");
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let start = std::time::Instant::now();
+    let stored = loop {
+        match api.create(&kube::api::PostParams::default(), object).await {
+            Err(kube::Error::Api(s)) if s.code == 422 && start.elapsed() < Duration::from_secs(15) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => break other,
+        }
+    };
+    testing::install_crds(client, &sample_operator_api::crds())
+        .await
+        .expect("the CRDs are restored");
+    stored.expect("the relaxed schema takes the object");
 }
