@@ -218,29 +218,51 @@ pub fn is_established(crd: &CustomResourceDefinition) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"))
 }
 
+/// The objects of a multi-document YAML manifest. A manifest that is not valid YAML is a bug
+/// in the test: it panics.
+pub fn manifest_objects(yaml: &str) -> Vec<DynamicObject> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|doc| serde_json::Value::deserialize(doc).expect("a valid YAML document"))
+        .filter(|value| !value.is_null())
+        .map(|value| serde_json::from_value(value).expect("a Kubernetes object"))
+        .collect()
+}
+
+/// An `Api` for `obj`'s kind, found by discovery: in the namespace it names, else in
+/// `default_namespace`, or cluster-wide for a cluster-scoped kind.
+pub async fn api_for(
+    client: &Client,
+    obj: &DynamicObject,
+    default_namespace: &str,
+) -> std::result::Result<Api<DynamicObject>, kube::Error> {
+    let types = obj.types.clone().expect("apiVersion and kind");
+    let (group, version) = match types.api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", types.api_version.as_str()),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, &types.kind);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+    let namespace = obj.metadata.namespace.as_deref().unwrap_or(default_namespace);
+    Ok(match caps.scope {
+        kube::discovery::Scope::Namespaced => Api::namespaced_with(client.clone(), namespace, &resource),
+        kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+    })
+}
+
 /// Creates every object of a multi-document YAML manifest in `namespace`, as `kubectl create`
 /// would, and returns them as stored. Errors come back as the apiserver's status, so tests can
-/// check what admission said. A manifest that is not valid YAML is a bug in the test: it panics.
+/// check what admission said.
 pub async fn create_manifest(
     client: &Client,
     namespace: &str,
     yaml: &str,
 ) -> std::result::Result<Vec<DynamicObject>, kube::Error> {
     let mut created = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let value = serde_json::Value::deserialize(doc).expect("a valid YAML document");
-        if value.is_null() {
-            continue;
-        }
-        let obj: DynamicObject = serde_json::from_value(value).expect("a Kubernetes object");
-        let types = obj.types.clone().expect("apiVersion and kind");
-        let (group, version) = match types.api_version.split_once('/') {
-            Some((group, version)) => (group, version),
-            None => ("", types.api_version.as_str()),
-        };
-        let gvk = GroupVersionKind::gvk(group, version, &types.kind);
-        let (resource, _caps) = kube::discovery::pinned_kind(client, &gvk).await?;
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    for obj in manifest_objects(yaml) {
+        // `kubectl create -n` puts everything in that namespace.
+        let mut obj = obj;
+        obj.metadata.namespace = Some(namespace.to_owned());
+        let api = api_for(client, &obj, namespace).await?;
         created.push(api.create(&PostParams::default(), &obj).await?);
     }
     Ok(created)
@@ -275,28 +297,8 @@ pub async fn apply_manifest(
 ) -> std::result::Result<Vec<DynamicObject>, kube::Error> {
     let params = PatchParams::apply(TEST_MANAGER).force();
     let mut applied = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let value = serde_json::Value::deserialize(doc).expect("a valid YAML document");
-        if value.is_null() {
-            continue;
-        }
-        let obj: DynamicObject = serde_json::from_value(value).expect("a Kubernetes object");
-        let types = obj.types.clone().expect("apiVersion and kind");
-        let (group, version) = match types.api_version.split_once('/') {
-            Some((group, version)) => (group, version),
-            None => ("", types.api_version.as_str()),
-        };
-        let gvk = GroupVersionKind::gvk(group, version, &types.kind);
-        let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
-        let api: Api<DynamicObject> = match (caps.scope, obj.metadata.namespace.as_deref()) {
-            (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                Api::namespaced_with(client.clone(), ns, &resource)
-            }
-            (kube::discovery::Scope::Namespaced, None) => {
-                Api::default_namespaced_with(client.clone(), &resource)
-            }
-            (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
-        };
+    for obj in manifest_objects(yaml) {
+        let api = api_for(client, &obj, "default").await?;
         let name = obj.metadata.name.clone().expect("a named object");
         applied.push(api.patch(&name, &params, &Patch::Apply(&obj)).await?);
     }

@@ -30,6 +30,25 @@ pub fn ready(
     }
 }
 
+/// Whether writing status `new` over `current` would change anything. Conditions compare
+/// without their `lastTransitionTime`, which [`ready`] carries over anyway: a status that says
+/// the same thing is not rewritten.
+pub fn status_differs<S: Clone + PartialEq>(
+    current: Option<&S>,
+    new: &S,
+    conditions: impl Fn(&mut S) -> &mut Vec<Condition>,
+) -> bool {
+    let Some(current) = current else { return true };
+    let strip = |status: &S| {
+        let mut status = status.clone();
+        for c in conditions(&mut status).iter_mut() {
+            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        }
+        status
+    };
+    strip(current) != strip(new)
+}
+
 /// The reason of the `Ready` condition, if there is one.
 pub fn ready_reason(conditions: &[Condition]) -> Option<&str> {
     sample_operator_api::conditions::find(conditions, READY).map(|c| c.reason.as_str())

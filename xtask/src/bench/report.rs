@@ -481,7 +481,8 @@ fn notes(md: &mut String, results: &Results) {
          - {date}, on {machine}. Kubernetes {k8s} (etcd and kube-apiserver only: no controller-manager, \
          scheduler or kwok, so no Pods and `availableReplicas` stays 0), {go}. {repeats} run(s) per contender, \
          scenario and size, alternating between contenders.\n\
-         - Our operator runs as `sample-operator run --kubeconfig PATH` (release build); sample-controller as \
+         - Our operator runs as `sample-operator run --kubeconfig PATH` (release build, with its defaults, which run all three \
+         of its controllers); sample-controller as \
          `sample-controller -kubeconfig PATH` with its defaults, controller-runtime-foo with controller-runtime's \
          defaults (one reconcile at a time, no client-side rate limit); the ceiling writes {conc} Foos at a time.\n\
          - **Cap:** sample-controller keeps client-go's default client-side rate limit (5 requests/s, burst 10, \

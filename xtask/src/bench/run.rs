@@ -372,7 +372,7 @@ async fn memory(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult>
         }
         (backlog.contender, backlog.start, backlog.counts_before)
     };
-    let (_, idle) = proc_stats::wait_quiet(contender.pid(), secs(5), secs(5), MEMORY_IDLE_MAX).await?;
+    let (_, idle) = proc_stats::wait_quiet(contender.pid(), secs(10), secs(5), MEMORY_IDLE_MAX).await?;
     if !contender.0.is_running() {
         bail!("{} exited:\n{}", spec.contender.label(), contender.0.log_tail(20));
     }

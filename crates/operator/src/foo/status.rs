@@ -93,19 +93,7 @@ fn rolled_out(deployment: &Deployment) -> bool {
 
 /// Whether writing `new` would change anything; conditions compare without their timestamps.
 pub fn differs(foo: &Foo, new: &FooStatus) -> bool {
-    let Some(current) = foo.status.as_ref() else {
-        return true;
-    };
-    let strip = |s: &FooStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            );
-        }
-        s
-    };
-    strip(current) != strip(new)
+    crate::conditions::status_differs(foo.status.as_ref(), new, |s| &mut s.conditions)
 }
 
 /// The reason of the current `Ready` condition.

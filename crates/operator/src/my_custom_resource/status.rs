@@ -1,8 +1,7 @@
 //! The status a MyCustomResource should show. Pure: computed from the resource and what the Pod
 //! cache says about its friend.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use sample_operator_api::{MyCustomResource, MyCustomResourceStatus};
 
@@ -71,17 +70,7 @@ pub fn desired(mcr: &MyCustomResource, friend: Friend) -> MyCustomResourceStatus
 /// Whether writing `new` would change anything; conditions compare without their timestamps,
 /// which [`conditions::ready`] keeps while the state holds.
 pub fn differs(mcr: &MyCustomResource, new: &MyCustomResourceStatus) -> bool {
-    let Some(current) = mcr.status.as_ref() else {
-        return true;
-    };
-    let strip = |s: &MyCustomResourceStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
-        }
-        s
-    };
-    strip(current) != strip(new)
+    crate::conditions::status_differs(mcr.status.as_ref(), new, |s| &mut s.conditions)
 }
 
 /// The reason of the current `Ready` condition.
@@ -119,7 +108,9 @@ mod tests {
         assert_eq!(Friend::from_metadata(None), Friend::Missing);
         let mut meta = ObjectMeta::default();
         assert_eq!(Friend::from_metadata(Some(&meta)), Friend::Found);
-        meta.deletion_timestamp = Some(Time(Timestamp::now()));
+        meta.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
         assert_eq!(Friend::from_metadata(Some(&meta)), Friend::Terminating);
     }
 

@@ -94,19 +94,7 @@ pub fn conflict_message(addressing: &Addressing, overlap: &Overlap) -> String {
 
 /// Whether writing `new` would change anything; conditions compare without their timestamps.
 pub fn differs(network: &Network, new: &NetworkStatus) -> bool {
-    let Some(current) = network.status.as_ref() else {
-        return true;
-    };
-    let strip = |s: &NetworkStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            );
-        }
-        s
-    };
-    strip(current) != strip(new)
+    crate::conditions::status_differs(network.status.as_ref(), new, |s| &mut s.conditions)
 }
 
 /// The reason of the current `Ready` condition.

@@ -4,7 +4,6 @@
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::GroupVersionKind;
 use local_cluster::testing;
 use serde::Deserialize;
 
@@ -23,26 +22,13 @@ fn documents(yaml: &str) -> Vec<serde_json::Value> {
 /// without storing it.
 async fn dry_run(client: &Client, object: &serde_json::Value) {
     let obj: DynamicObject = serde_json::from_value(object.clone()).expect("an object");
-    let types = obj.types.clone().expect("apiVersion and kind");
-    let (group, version) = types
-        .api_version
-        .split_once('/')
-        .unwrap_or(("", types.api_version.as_str()));
-    let gvk = GroupVersionKind::gvk(group, version, &types.kind);
-    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk)
+    let api = testing::api_for(client, &obj, "sample-operator")
         .await
         .expect("a known kind");
-    let api: Api<DynamicObject> = match (caps.scope, obj.metadata.namespace.as_deref()) {
-        (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
-        (kube::discovery::Scope::Namespaced, None) => {
-            Api::namespaced_with(client.clone(), "sample-operator", &resource)
-        }
-        (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
-    };
     let name = obj.metadata.name.clone().expect("a name");
     let params = PatchParams::apply("sample-operator-dry-run").force().dry_run();
     if let Err(e) = api.patch(&name, &params, &Patch::Apply(&obj)).await {
-        panic!("{} {name} fails a dry run: {e}", types.kind);
+        panic!("{object} fails a dry run: {e}");
     }
 }
 
