@@ -109,7 +109,15 @@ impl Contenders {
                 self.ours
                     .clone()
                     .context("sample-operator has no `run` command")?,
-                vec!["run".into(), "--kubeconfig".into(), kubeconfig],
+                vec![
+                    "run".into(),
+                    "--kubeconfig".into(),
+                    kubeconfig,
+                    // The peers run a Foo controller only; so does ours here. Its HTTP server
+                    // (a default) goes on a port nothing else holds.
+                    "--controllers=foo".into(),
+                    format!("--http-address=127.0.0.1:{}", free_port()?),
+                ],
             ),
             Contender::SampleController => (
                 self.go_bin.join("sample-controller"),
@@ -166,7 +174,7 @@ fn build_ours() -> Result<Option<PathBuf>> {
         .success();
     if !has_run {
         println!(
-            "   SKIPPING our operator: {} has no `run` command yet (the benchmark calls `sample-operator run --kubeconfig PATH`)",
+            "   SKIPPING our operator: {} has no `run` command (the benchmark calls `sample-operator run --kubeconfig PATH --controllers=foo`)",
             binary.display()
         );
     }

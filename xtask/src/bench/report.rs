@@ -34,11 +34,21 @@ pub struct Results {
     pub runs: Vec<RunResult>,
 }
 
+/// Writes results.json with one run a line: compact, and still a readable diff between runs.
 pub fn save(out: &Path, results: &Results) -> Result<()> {
     std::fs::create_dir_all(out)?;
+    let runs: Vec<String> = results
+        .runs
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<_, _>>()?;
+    let text = format!(
+        "{{\n\"meta\": {},\n\"runs\": [\n{}\n]}}\n",
+        serde_json::to_string_pretty(&results.meta)?,
+        runs.join(",\n")
+    );
     let path = out.join("results.json");
-    std::fs::write(&path, serde_json::to_string_pretty(results)?)
-        .with_context(|| format!("writing {}", path.display()))
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 pub fn load(out: &Path) -> Result<Results> {
@@ -118,8 +128,8 @@ impl Group<'_> {
             by_verb(&r.requests)
                 .iter()
                 .filter(|(v, _)| is_write(v))
-                .map(|(_, n)| *n as f64)
-                .sum()
+                .map(|(_, n)| n)
+                .sum::<u64>() as f64
         })
     }
 
@@ -481,8 +491,8 @@ fn notes(md: &mut String, results: &Results) {
          - {date}, on {machine}. Kubernetes {k8s} (etcd and kube-apiserver only: no controller-manager, \
          scheduler or kwok, so no Pods and `availableReplicas` stays 0), {go}. {repeats} run(s) per contender, \
          scenario and size, alternating between contenders.\n\
-         - Our operator runs as `sample-operator run --kubeconfig PATH` (release build, with its defaults, which run all three \
-         of its controllers); sample-controller as \
+         - Our operator runs as `sample-operator run --kubeconfig PATH --controllers=foo` (release build, otherwise with \
+         its defaults: the peers run a Foo controller only); sample-controller as \
          `sample-controller -kubeconfig PATH` with its defaults, controller-runtime-foo with controller-runtime's \
          defaults (one reconcile at a time, no client-side rate limit); the ceiling writes {conc} Foos at a time.\n\
          - **Cap:** sample-controller keeps client-go's default client-side rate limit (5 requests/s, burst 10, \
@@ -510,25 +520,34 @@ fn notes(md: &mut String, results: &Results) {
              the benchmark's and shared the cores.\n",
         );
     }
-    let odd: Vec<String> = results
-        .runs
+    if let Some(remarks) = remarks(&results.runs) {
+        md.push_str("\nRuns with a remark (runs without a result are left out of the tables):\n\n");
+        md.push_str(&remarks);
+    }
+}
+
+/// The first line of each run's note, once for the repeats that share it.
+fn remarks(runs: &[RunResult]) -> Option<String> {
+    let mut repeats: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for run in runs {
+        let Some(note) = &run.note else { continue };
+        let what = format!(
+            "{} {}, N = {}: {}",
+            run.contender.map(Contender::label).unwrap_or_default(),
+            run.scenario.map(|s| s.to_string()).unwrap_or_default(),
+            run.n,
+            note.lines().next().unwrap_or_default()
+        );
+        repeats.entry(what).or_default().push(run.repeat + 1);
+    }
+    let lines: Vec<String> = repeats
         .iter()
-        .filter_map(|r| {
-            let note = r.note.as_ref()?;
-            let first_line = note.lines().next().unwrap_or_default();
-            Some(format!(
-                "- {} {}, N = {}, repeat {}: {first_line}",
-                r.contender.map(Contender::label).unwrap_or_default(),
-                r.scenario.map(|s| s.to_string()).unwrap_or_default(),
-                r.n,
-                r.repeat + 1
-            ))
+        .map(|(what, repeats)| {
+            let repeats: Vec<String> = repeats.iter().map(usize::to_string).collect();
+            format!("- {what} (repeat {})\n", repeats.join(", "))
         })
         .collect();
-    if !odd.is_empty() {
-        md.push_str("\nRuns with a remark (runs without a result are left out of the tables):\n\n");
-        md.push_str(&(odd.join("\n") + "\n"));
-    }
+    (!lines.is_empty()).then(|| lines.concat())
 }
 
 pub fn capitalised(scenario: Scenario) -> String {
@@ -567,6 +586,39 @@ mod tests {
             ]),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn results_are_saved_one_run_a_line_and_load_again() {
+        let dir = std::env::temp_dir().join(format!("bench-results-{}", std::process::id()));
+        let results = Results {
+            meta: Meta::default(),
+            runs: vec![
+                run(Contender::Ours, 10, 1.0, 0.1),
+                run(Contender::Ceiling, 10, 0.5, 0.1),
+            ],
+        };
+        save(&dir, &results).unwrap();
+        let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
+        assert_eq!(text.lines().filter(|l| l.starts_with("{\"scenario\"")).count(), 2);
+        let loaded = load(&dir).unwrap();
+        assert_eq!(loaded.runs.len(), 2);
+        assert_eq!(loaded.runs[1].seconds, Some(0.5));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_remark_shared_by_repeats_is_listed_once() {
+        let noted = |repeat| RunResult {
+            repeat,
+            note: Some("timed out with 5 of 10 converged\nmore".into()),
+            ..run(Contender::Ours, 10, 1.0, 0.1)
+        };
+        let text = remarks(&[noted(0), noted(2), run(Contender::Ceiling, 10, 1.0, 0.1)]).unwrap();
+        assert_eq!(
+            text,
+            "- sample-operator (ours) backlog, N = 10: timed out with 5 of 10 converged (repeat 1, 3)\n"
+        );
     }
 
     #[test]

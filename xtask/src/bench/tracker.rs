@@ -51,6 +51,8 @@ impl Progress {
     }
 }
 
+const TIMELINE_POINTS: usize = 500;
+
 /// How waiting for convergence ended.
 #[derive(Debug)]
 pub enum Outcome {
@@ -163,16 +165,18 @@ impl Tracker {
         self.counts.borrow().1
     }
 
-    /// Converged Foos over time, in seconds since `start`, from 0 at `start`.
+    /// Converged Foos over time, in milliseconds-rounded seconds since `start`, from 0 at
+    /// `start`; at most about [`TIMELINE_POINTS`], which is plenty for a chart and keeps
+    /// results.json small at large N.
     pub fn timeline(&self, start: Instant) -> Vec<(f64, usize)> {
         let progress = self.progress.lock().expect("progress lock");
         let mut points = vec![(0.0, 0)];
         for (at, converged) in &progress.timeline {
             if let Some(since) = at.checked_duration_since(start) {
-                points.push((since.as_secs_f64(), *converged));
+                points.push(((since.as_secs_f64() * 1000.0).round() / 1000.0, *converged));
             }
         }
-        points
+        thin(&points, TIMELINE_POINTS)
     }
 }
 
@@ -214,6 +218,18 @@ async fn follow<K, S>(
     }
 }
 
+/// At most about `limit` points, keeping the first and the last.
+fn thin(points: &[(f64, usize)], limit: usize) -> Vec<(f64, usize)> {
+    let step = points.len().div_ceil(limit).max(1);
+    let mut thinned: Vec<(f64, usize)> = points.iter().step_by(step).copied().collect();
+    if let Some(last) = points.last()
+        && thinned.last() != Some(last)
+    {
+        thinned.push(*last);
+    }
+    thinned
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +252,14 @@ mod tests {
             (progress.converged, progress.foos.len(), progress.timeline.len()),
             (2, 2, 2)
         );
+    }
+
+    #[test]
+    fn thinning_keeps_the_ends() {
+        let points: Vec<(f64, usize)> = (0..1001).map(|i| (i as f64, i)).collect();
+        let thinned = thin(&points, 100);
+        assert!(thinned.len() <= 102);
+        assert_eq!(thinned.first(), Some(&(0.0, 0)));
+        assert_eq!(thinned.last(), Some(&(1000.0, 1000)));
     }
 }
