@@ -186,7 +186,9 @@ fn kubernetes_version_ldflags(version: &str) -> String {
     flags
 }
 
-fn go_command(dir: &Path) -> Command {
+/// `go` in `dir`, set up as for the control plane's builds: no cgo, the pinned go.sum, and the
+/// installed toolchain. Other Go builds of the project (the benchmark's) use it too.
+pub fn go_command(dir: &Path) -> Command {
     let mut cmd = Command::new("go");
     cmd.current_dir(dir)
         .env("CGO_ENABLED", "0")

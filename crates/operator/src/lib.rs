@@ -155,6 +155,18 @@ impl Shared {
         }
     }
 
+    /// Adds the periodic resync of the run's configuration, if any, to `controller`.
+    pub fn with_resync<K>(&self, controller: kube::runtime::Controller<K>) -> kube::runtime::Controller<K>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone,
+    {
+        match self.config.resync {
+            Some(interval) => controller.reconcile_all_on(resync_ticks(interval)),
+            None => controller,
+        }
+    }
+
     pub fn controller_config(&self) -> kube::runtime::controller::Config {
         kube::runtime::controller::Config::default().concurrency(self.config.concurrency)
     }

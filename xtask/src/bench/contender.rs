@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use local_cluster::toolchain::go_command;
 use local_cluster::{Component, paths};
 use serde::{Deserialize, Serialize};
 
@@ -219,18 +220,6 @@ fn build_go_contenders() -> Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::rename(&staging, &dest)?;
     Ok(dest)
-}
-
-/// `go` in `dir`, with the local toolchain (as for the control plane) and the pinned go.sum.
-fn go_command(dir: &Path) -> Command {
-    let mut cmd = Command::new("go");
-    cmd.current_dir(dir)
-        .env("CGO_ENABLED", "0")
-        .env("GOFLAGS", "-mod=readonly -buildvcs=false");
-    if std::env::var_os("GOTOOLCHAIN").is_none() {
-        cmd.env("GOTOOLCHAIN", "local");
-    }
-    cmd
 }
 
 fn go_output(dir: &Path, args: &[&str]) -> Result<String> {

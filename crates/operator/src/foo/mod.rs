@@ -139,12 +139,11 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
         crate::store_ready(&deployments_synced).await;
         health.synced(CONTROLLER);
     });
-    let mut controller = Controller::for_stream(foo_events, foo_store)
-        .owns_stream(deployment_events)
-        .with_config(shared.controller_config());
-    if let Some(interval) = shared.config.resync {
-        controller = controller.reconcile_all_on(crate::resync_ticks(interval));
-    }
+    let controller = shared.with_resync(
+        Controller::for_stream(foo_events, foo_store)
+            .owns_stream(deployment_events)
+            .with_config(shared.controller_config()),
+    );
     controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)

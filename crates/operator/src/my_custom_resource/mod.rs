@@ -116,10 +116,7 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
             health.synced(CONTROLLER);
         }
     });
-    let mut controller = controller.with_config(shared.controller_config());
-    if let Some(interval) = shared.config.resync {
-        controller = controller.reconcile_all_on(crate::resync_ticks(interval));
-    }
+    let controller = shared.with_resync(controller.with_config(shared.controller_config()));
     controller
         .graceful_shutdown_on(stopping)
         .run(reconcile, error_policy, context)

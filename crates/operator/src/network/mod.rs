@@ -187,13 +187,12 @@ pub async fn run_selected(
         crate::store_ready(&networks_synced).await;
         health.synced(CONTROLLER);
     });
-    let mut controller = Controller::for_stream(network_events, network_store)
-        .owns_stream(nad_events)
-        .reconcile_on(neighbours)
-        .with_config(shared.controller_config());
-    if let Some(interval) = shared.config.resync {
-        controller = controller.reconcile_all_on(crate::resync_ticks(interval));
-    }
+    let controller = shared.with_resync(
+        Controller::for_stream(network_events, network_store)
+            .owns_stream(nad_events)
+            .reconcile_on(neighbours)
+            .with_config(shared.controller_config()),
+    );
     controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)

@@ -373,8 +373,8 @@ async fn a_misconfiguration_ends_with_one_clear_line() {
     let (status, stderr) = run_to_end(&["--kubeconfig=/nonexistent/kubeconfig"]);
     assert_one_clear_line(status, &stderr, "cannot read kubeconfig /nonexistent/kubeconfig");
 
-    let admin = testing::config().await;
-    drop(admin);
+    // The rest needs the local cluster's kubeconfig: start the cluster if it is not running.
+    testing::config().await;
     let kubeconfig = local_cluster::LocalCluster::default().kubeconfig();
     let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
     // Nothing listens on port 1.
