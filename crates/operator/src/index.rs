@@ -5,7 +5,7 @@
 //! controls it; a Pod name to the resources that name it). It follows the watcher's events,
 //! including re-lists, where the new state replaces the old one as a whole once it is complete.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, RwLock};
 
@@ -16,7 +16,8 @@ use kube::runtime::watcher::Event;
 type KeyFn<K, Key> = dyn Fn(&K) -> Vec<Key> + Send + Sync;
 
 struct Maps<K: Resource, Key> {
-    by_key: HashMap<Key, HashSet<ObjectRef<K>>>,
+    /// A key has one object or a few, so a list costs less memory than a set.
+    by_key: HashMap<Key, Vec<ObjectRef<K>>>,
     keys_of: HashMap<ObjectRef<K>, Vec<Key>>,
 }
 
@@ -38,10 +39,14 @@ where
         let obj_ref = ObjectRef::from_obj(obj);
         self.remove(&obj_ref);
         for key in &keys {
-            self.by_key
+            // Vec's first allocation would hold four.
+            let objects = self
+                .by_key
                 .entry(key.clone())
-                .or_default()
-                .insert(obj_ref.clone());
+                .or_insert_with(|| Vec::with_capacity(1));
+            if !objects.contains(&obj_ref) {
+                objects.push(obj_ref.clone());
+            }
         }
         if !keys.is_empty() {
             self.keys_of.insert(obj_ref, keys);
@@ -50,9 +55,9 @@ where
 
     fn remove(&mut self, obj_ref: &ObjectRef<K>) {
         for key in self.keys_of.remove(obj_ref).unwrap_or_default() {
-            if let Some(set) = self.by_key.get_mut(&key) {
-                set.remove(obj_ref);
-                if set.is_empty() {
+            if let Some(objects) = self.by_key.get_mut(&key) {
+                objects.retain(|o| o != obj_ref);
+                if objects.is_empty() {
                     self.by_key.remove(&key);
                 }
             }
@@ -126,7 +131,7 @@ where
             .expect("index lock")
             .by_key
             .get(key)
-            .map(|s| s.iter().cloned().collect())
+            .cloned()
             .unwrap_or_default()
     }
 

@@ -16,6 +16,7 @@ pub mod leader;
 pub mod metrics;
 pub mod my_custom_resource;
 pub mod network;
+pub mod own_writes;
 pub mod requests;
 pub mod server;
 
@@ -123,25 +124,29 @@ impl Telemetry {
 #[derive(Clone)]
 pub struct Shared {
     pub client: Client,
-    pub reporter: Reporter,
+    pub events: events::Events,
     pub config: RunConfig,
     pub metrics: Arc<metrics::Metrics>,
     pub health: Arc<health::Health>,
 }
 
 impl Shared {
-    pub fn new(client: Client, config: RunConfig, telemetry: Telemetry) -> Self {
+    /// Also starts the task that publishes the controllers' events; the run waits for it with
+    /// [`events::Publisher::finish`] once every `Shared` is dropped.
+    pub fn new(client: Client, config: RunConfig, telemetry: Telemetry) -> (Self, events::Publisher) {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
             instance: Some(config.instance.clone()),
         };
-        Self {
+        let (events, publisher) = events::Events::start(client.clone(), reporter, telemetry.metrics.clone());
+        let shared = Self {
             client,
-            reporter,
+            events,
             config,
             metrics: telemetry.metrics,
             health: telemetry.health,
-        }
+        };
+        (shared, publisher)
     }
 
     /// An `Api` over the watched namespaces.
@@ -213,7 +218,7 @@ pub async fn run_with(
     telemetry: Telemetry,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let shared = Shared::new(client, config, telemetry);
+    let (shared, events) = Shared::new(client, config, telemetry);
     shared
         .health
         .starting(shared.config.controllers.iter().map(|c| c.label()));
@@ -240,5 +245,11 @@ pub async fn run_with(
     for controller in controllers {
         let _ = controller.await;
     }
-    shared.health.stopped();
+    let health = shared.health.clone();
+    drop(shared);
+    events.finish(EVENTS_AT_SHUTDOWN).await;
+    health.stopped();
 }
+
+/// How long a stopping run waits for its queued events to be published.
+const EVENTS_AT_SHUTDOWN: Duration = Duration::from_secs(5);

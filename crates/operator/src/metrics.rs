@@ -38,6 +38,11 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResourceLabels {
     resource: &'static str,
 }
@@ -53,6 +58,7 @@ pub struct Metrics {
     leader: Gauge,
     watch_restarts: Family<ResourceLabels, Counter>,
     watch_errors: Family<ResourceLabels, Counter>,
+    events: Family<EventLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -119,6 +125,8 @@ impl Metrics {
             "Errors of a watch, each followed by a retry with backoff",
             watch_errors.clone(),
         );
+        let events = Family::<EventLabels, Counter>::default();
+        registry.register("events", "Events by result: published or failed", events.clone());
         registry.register_collector(Box::new(ApiRequests(requests)));
         registry.register_collector(Box::new(ProcessCollector {
             start: Instant::now(),
@@ -133,6 +141,7 @@ impl Metrics {
             leader,
             watch_restarts,
             watch_errors,
+            events,
         }
     }
 
@@ -200,6 +209,11 @@ impl Metrics {
         self.watch_errors
             .get_or_create(&ResourceLabels { resource })
             .inc();
+    }
+
+    /// Counts an event: `published` or `failed`.
+    pub fn event(&self, result: &'static str) {
+        self.events.get_or_create(&EventLabels { result }).inc();
     }
 }
 

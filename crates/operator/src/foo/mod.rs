@@ -15,6 +15,7 @@
 //! Deployments are watched by label (only the operator's own), cached, and indexed by the Foo
 //! that controls them; a Deployment event reaches its Foo through the owner reference.
 
+pub mod cached;
 pub mod deployment;
 pub mod status;
 
@@ -25,16 +26,17 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Resource, ResourceExt};
 use sample_operator_api::Foo;
-use serde_json::json;
 
 use crate::backoff::Backoff;
 use crate::index::Index;
+use crate::own_writes::OwnWrites;
 use crate::{FIELD_MANAGER, Shared, events};
+use cached::CachedDeployment;
 use status::Observed;
 
 /// The controller's name in metrics and readiness reports.
@@ -88,11 +90,13 @@ impl Error {
 pub struct Context {
     client: kube::Client,
     metrics: Arc<crate::metrics::Metrics>,
-    recorder: Recorder,
+    events: events::Events,
     /// The operator's Deployments, by namespace and name.
-    deployments: Store<Deployment>,
+    deployments: Store<CachedDeployment>,
     /// The operator's Deployments, by the uid of the Foo that controls them.
-    owned: Index<Deployment, String>,
+    owned: Index<CachedDeployment, String>,
+    /// Status writes the Foo cache has not caught up with.
+    own_writes: OwnWrites<Foo>,
     backoff: Backoff<ObjectRef<Foo>>,
 }
 
@@ -100,11 +104,14 @@ pub struct Context {
 pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let foos: Api<Foo> = shared.api();
     let (foo_store, foo_writer) = reflector::store();
+    let own_writes = OwnWrites::default();
+    let seen = own_writes.clone();
     let foo_events = watcher(foos, watcher::Config::default())
         .default_backoff()
         .inspect(shared.metrics.watch_observer("foos"))
         .modify(|foo| foo.managed_fields_mut().clear())
         .reflect(foo_writer)
+        .inspect_ok(move |event| seen.observe(event))
         .applied_objects()
         // Our own status writes do not change the generation: they need no reconcile.
         .predicate_filter(predicates::generation, Default::default());
@@ -114,12 +121,12 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
     let index = owned.clone();
     let selector = format!("{}={}", deployment::MANAGED_BY_LABEL, deployment::MANAGED_BY);
     let deployment_events = watcher(
-        shared.api::<Deployment>(),
+        shared.api::<CachedDeployment>(),
         watcher::Config::default().labels(&selector),
     )
     .default_backoff()
     .inspect(shared.metrics.watch_observer("deployments"))
-    .modify(|d| d.managed_fields_mut().clear())
+    .modify(CachedDeployment::trim)
     .inspect_ok(move |event| index.apply(event))
     .reflect(deployment_writer)
     .touched_objects();
@@ -127,9 +134,10 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
     let context = Arc::new(Context {
         client: shared.client.clone(),
         metrics: shared.metrics.clone(),
-        recorder: Recorder::new(shared.client.clone(), shared.reporter.clone()),
+        events: shared.events.clone(),
         deployments: deployment_store,
         owned,
+        own_writes,
         backoff: Backoff::default(),
     });
     let health = shared.health.clone();
@@ -155,7 +163,7 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
         .await;
 }
 
-fn controlling_foo_uid(deployment: &Deployment) -> Vec<String> {
+fn controlling_foo_uid(deployment: &CachedDeployment) -> Vec<String> {
     deployment
         .owner_references()
         .iter()
@@ -167,6 +175,7 @@ fn controlling_foo_uid(deployment: &Deployment) -> Vec<String> {
 async fn reconcile(foo: Arc<Foo>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Before the Deployment cache is filled, every Deployment would look missing.
     crate::store_ready(&ctx.deployments).await;
+    let foo = ctx.own_writes.latest(foo);
     let timer = ctx.metrics.reconcile(CONTROLLER);
     let result = sync(&foo, &ctx).await;
     timer.finish(result.as_ref().map(|_| ()).map_err(Error::reason));
@@ -208,15 +217,15 @@ async fn sync(foo: &Foo, ctx: &Context) -> Result<Action, Error> {
     let removed = remove_stale_deployments(foo, ctx, &namespace, &uid).await?;
     update_status(foo, ctx, Observed::Deployment(&deployment)).await?;
     if applied || removed {
-        events::publish(
-            &ctx.recorder,
-            &foo.object_ref(&()),
-            EventType::Normal,
-            "Synced",
-            "Foo synced successfully".into(),
-            "Sync",
-        )
-        .await;
+        ctx.events
+            .publish(
+                foo.object_ref(&()),
+                EventType::Normal,
+                "Synced",
+                "Foo synced successfully".into(),
+                "Sync",
+            )
+            .await;
     }
     Ok(Action::await_change())
 }
@@ -227,8 +236,10 @@ async fn ensure_deployment(
     ctx: &Context,
     namespace: &str,
     uid: &str,
-) -> Result<(Arc<Deployment>, bool), Error> {
+) -> Result<(Arc<CachedDeployment>, bool), Error> {
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+    // Reads and applies answer with the cached projection rather than a whole Deployment.
+    let cached_api: Api<CachedDeployment> = Api::namespaced(ctx.client.clone(), namespace);
     let name = &foo.spec.deployment_name;
     let desired = deployment::desired(foo);
     let observed = match ctx.deployments.get(&ObjectRef::new(name).within(namespace)) {
@@ -243,16 +254,16 @@ async fn ensure_deployment(
             match api.create(&params, &desired).await {
                 Ok(created) => {
                     tracing::info!(foo = %status::describe(foo), deployment = %name, "created Deployment");
-                    return Ok((Arc::new(created), true));
+                    return Ok((Arc::new(created.into()), true));
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    Arc::new(api.get(name).await.map_err(Error::ReadDeployment)?)
+                    Arc::new(cached_api.get(name).await.map_err(Error::ReadDeployment)?)
                 }
                 Err(e) => return Err(Error::CreateDeployment(e)),
             }
         }
     };
-    if !deployment::is_controlled_by(&observed, uid) {
+    if !deployment::is_controlled_by(&*observed, uid) {
         return Err(Error::ResourceExists(name.clone()));
     }
     if !deployment::needs_apply(&desired, &observed) {
@@ -263,7 +274,7 @@ async fn ensure_deployment(
     let mut patch = desired;
     patch.metadata.uid = observed.metadata.uid.clone();
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let applied = api
+    let applied = cached_api
         .patch(name, &params, &Patch::Apply(&patch))
         .await
         .map_err(Error::ApplyDeployment)?;
@@ -286,7 +297,7 @@ async fn remove_stale_deployments(
         let Some(cached) = ctx.deployments.get(&stale) else {
             continue;
         };
-        if !deployment::is_controlled_by(&cached, uid) {
+        if !deployment::is_controlled_by(&*cached, uid) {
             continue;
         }
         let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
@@ -319,14 +330,10 @@ async fn update_status(foo: &Foo, ctx: &Context, observed: Observed<'_>) -> Resu
     }
     let previous_reason = status::current_reason(foo);
     let api: Api<Foo> = Api::namespaced(ctx.client.clone(), &foo.namespace().unwrap_or_default());
-    let patch = json!({ "apiVersion": Foo::api_version(&()), "kind": Foo::kind(&()), "status": new });
-    api.patch_status(
-        &foo.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::WriteStatus)?;
+    ctx.own_writes
+        .write_status(&api, foo, &new)
+        .await
+        .map_err(Error::WriteStatus)?;
 
     let ready = &new.conditions[0];
     if previous_reason.as_deref() != Some(ready.reason.as_str()) {
@@ -336,15 +343,15 @@ async fn update_status(foo: &Foo, ctx: &Context, observed: Observed<'_>) -> Resu
             _ => None,
         };
         if let Some(event_reason) = event_reason {
-            events::publish(
-                &ctx.recorder,
-                &foo.object_ref(&()),
-                EventType::Warning,
-                event_reason,
-                ready.message.clone(),
-                "Sync",
-            )
-            .await;
+            ctx.events
+                .publish(
+                    foo.object_ref(&()),
+                    EventType::Warning,
+                    event_reason,
+                    ready.message.clone(),
+                    "Sync",
+                )
+                .await;
         }
     }
     Ok(())

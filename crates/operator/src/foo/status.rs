@@ -1,9 +1,9 @@
 //! The status a Foo should show. Pure: computed from the Foo and what was observed.
 
-use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use sample_operator_api::{Foo, FooStatus};
 
+use super::cached::CachedDeployment;
 use super::deployment::desired_replicas;
 use crate::conditions;
 
@@ -22,7 +22,7 @@ pub mod reason {
 /// What reconcile found, which decides the status.
 pub enum Observed<'a> {
     /// The Foo's own Deployment.
-    Deployment(&'a Deployment),
+    Deployment(&'a CachedDeployment),
     /// The Deployment of that name belongs to someone else.
     Conflict,
     /// The spec is invalid; the message names the field.
@@ -86,7 +86,7 @@ pub fn resource_exists_message(name: &str) -> String {
 }
 
 /// Whether the Deployment controller has seen the latest spec of the Deployment.
-fn rolled_out(deployment: &Deployment) -> bool {
+fn rolled_out(deployment: &CachedDeployment) -> bool {
     let observed = deployment.status.as_ref().and_then(|s| s.observed_generation);
     observed.is_some() && observed >= deployment.metadata.generation
 }
@@ -112,7 +112,7 @@ pub fn describe(foo: &Foo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::apps::v1::DeploymentStatus;
+    use crate::foo::cached;
     use sample_operator_api::FooSpec;
 
     fn foo(replicas: i32) -> Foo {
@@ -127,13 +127,12 @@ mod tests {
         foo
     }
 
-    fn deployment(available: i32, generation: i64, observed: i64) -> Deployment {
-        let mut d = Deployment::default();
+    fn deployment(available: i32, generation: i64, observed: i64) -> CachedDeployment {
+        let mut d = CachedDeployment::default();
         d.metadata.generation = Some(generation);
-        d.status = Some(DeploymentStatus {
+        d.status = Some(cached::Status {
             available_replicas: Some(available),
             observed_generation: Some(observed),
-            ..Default::default()
         });
         d
     }

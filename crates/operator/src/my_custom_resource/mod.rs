@@ -22,18 +22,18 @@ use std::sync::Arc;
 
 use futures::future::{self, BoxFuture};
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Resource, ResourceExt};
 use sample_operator_api::MyCustomResource;
-use serde_json::json;
 
 use crate::backoff::Backoff;
 use crate::index::Index;
-use crate::{FIELD_MANAGER, Shared, events};
+use crate::own_writes::OwnWrites;
+use crate::{Shared, events};
 pub use pods::PodWatch;
 use pods::{PodCache, PodKey};
 use status::Friend;
@@ -65,9 +65,11 @@ impl Error {
 pub struct Context {
     client: kube::Client,
     metrics: Arc<crate::metrics::Metrics>,
-    recorder: Recorder,
+    events: events::Events,
     /// The Pods of the watched namespaces, by namespace and name.
     pods: PodCache,
+    /// Status writes the cache has not caught up with.
+    own_writes: OwnWrites<MyCustomResource>,
     backoff: Backoff<ObjectRef<MyCustomResource>>,
     /// Completes when the controller is asked to stop.
     stopping: future::Shared<BoxFuture<'static, ()>>,
@@ -83,12 +85,15 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
     // a Pod event already maps to it, so no Pod event falls between the two.
     let by_pod = Index::new(named_pod);
     let index = by_pod.clone();
+    let own_writes = OwnWrites::default();
+    let seen = own_writes.clone();
     let resource_events = watcher(shared.api::<MyCustomResource>(), watcher::Config::default())
         .default_backoff()
         .inspect(shared.metrics.watch_observer("mycustomresources"))
         .modify(|mcr| mcr.managed_fields_mut().clear())
         .inspect_ok(move |event| index.apply(event))
         .reflect(writer)
+        .inspect_ok(move |event| seen.observe(event))
         .inspect_ok(mark_ready(resources_listed_tx))
         .applied_objects()
         // Our own status writes do not change the generation: they need no reconcile.
@@ -103,8 +108,9 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
     let context = Arc::new(Context {
         client: shared.client.clone(),
         metrics: shared.metrics.clone(),
-        recorder: Recorder::new(shared.client.clone(), shared.reporter.clone()),
+        events: shared.events.clone(),
         pods,
+        own_writes,
         backoff: Backoff::default(),
         stopping: stopping.clone(),
     });
@@ -157,6 +163,7 @@ async fn reconcile(mcr: Arc<MyCustomResource>, ctx: Arc<Context>) -> Result<Acti
     if !ready {
         return Ok(Action::await_change());
     }
+    let mcr = ctx.own_writes.latest(mcr);
     let timer = ctx.metrics.reconcile(CONTROLLER);
     let result = sync(&mcr, &ctx).await;
     timer.finish(result.as_ref().map(|_| ()).map_err(Error::reason));
@@ -195,18 +202,10 @@ async fn update_status(
         return Ok(());
     }
     let api: Api<MyCustomResource> = Api::namespaced(ctx.client.clone(), namespace);
-    let patch = json!({
-        "apiVersion": MyCustomResource::api_version(&()),
-        "kind": MyCustomResource::kind(&()),
-        "status": new,
-    });
-    api.patch_status(
-        &mcr.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::WriteStatus)?;
+    ctx.own_writes
+        .write_status(&api, mcr, &new)
+        .await
+        .map_err(Error::WriteStatus)?;
     tracing::info!(resource = %status::describe(mcr), pod = %mcr.spec.name, healthy = new.healthy, "status updated");
 
     let Some(ready) = new.conditions.first() else {
@@ -220,15 +219,15 @@ async fn update_status(
         } else {
             EventType::Warning
         };
-        events::publish(
-            &ctx.recorder,
-            &mcr.object_ref(&()),
-            type_,
-            &ready.reason,
-            ready.message.clone(),
-            "Sync",
-        )
-        .await;
+        ctx.events
+            .publish(
+                mcr.object_ref(&()),
+                type_,
+                &ready.reason,
+                ready.message.clone(),
+                "Sync",
+            )
+            .await;
     }
     Ok(())
 }

@@ -29,18 +29,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Resource, ResourceExt};
 use sample_operator_api::Network;
-use serde_json::json;
 
 use crate::backoff::Backoff;
-use crate::{FIELD_MANAGER, Shared, events};
+use crate::own_writes::OwnWrites;
+use crate::{Shared, events};
 use backend::multus::{self, Multus, NetworkAttachmentDefinition};
 use backend::{BackendError, NetworkBackend};
 use conflicts::PrefixIndex;
@@ -113,11 +113,13 @@ impl From<finalizer::Error<Error>> for Error {
 pub struct Context<B> {
     client: kube::Client,
     metrics: Arc<crate::metrics::Metrics>,
-    recorder: Recorder,
+    events: events::Events,
     /// Every watched Network; reconciles wait for its first list (see [`reconcile`]).
     networks: Store<Network>,
     conflicts: PrefixIndex,
     backend: B,
+    /// Status writes the cache has not caught up with.
+    own_writes: OwnWrites<Network>,
     backoff: Backoff<ObjectRef<Network>>,
 }
 
@@ -134,6 +136,8 @@ pub async fn run_selected(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (network_store, network_writer) = reflector::store();
+    let own_writes = OwnWrites::default();
+    let seen = own_writes.clone();
     let conflicts = PrefixIndex::default();
     // The Networks whose conflict decision a watch event may have changed: the index finds
     // them as it follows the stream, and the controller reconciles them.
@@ -150,6 +154,7 @@ pub async fn run_selected(
             }
         })
         .reflect(network_writer)
+        .inspect_ok(move |event| seen.observe(event))
         .applied_objects()
         // Our own status writes change neither: they need no reconcile. The finalizer is
         // added without a new generation, and the reconcile after it does the first sync.
@@ -173,10 +178,11 @@ pub async fn run_selected(
     let context = Arc::new(Context {
         client: shared.client.clone(),
         metrics: shared.metrics.clone(),
-        recorder: Recorder::new(shared.client.clone(), shared.reporter.clone()),
+        events: shared.events.clone(),
         networks: network_store.clone(),
         conflicts,
         backend: Multus::new(shared.client.clone(), nad_store),
+        own_writes,
         backoff: Backoff::default(),
     });
     // Ready once the Networks are listed. Not waiting for the definitions: their cache never
@@ -208,6 +214,7 @@ async fn reconcile<B: NetworkBackend>(network: Arc<Network>, ctx: Arc<Context<B>
     // Until every Network is listed, an older overlapping one could be missing from the index
     // and a newer Network would be synced, only to be refused a moment later.
     crate::store_ready(&ctx.networks).await;
+    let network = ctx.own_writes.latest(network);
     let timer = ctx.metrics.reconcile(CONTROLLER);
     let result = with_finalizer(network.clone(), &ctx).await;
     timer.finish(result.as_ref().map(|_| ()).map_err(Error::reason));
@@ -268,15 +275,15 @@ async fn apply<B: NetworkBackend>(network: &Network, ctx: &Context<B>) -> Result
             update_status(network, ctx, Observed::Synced(&addressing, &ensured)).await?;
             if ensured.changed {
                 tracing::info!(network = %status::describe(network), backend = %ensured.description, "synced");
-                events::publish(
-                    &ctx.recorder,
-                    &network.object_ref(&()),
-                    EventType::Normal,
-                    status::reason::SYNCED,
-                    "Network synced successfully".into(),
-                    "Sync",
-                )
-                .await;
+                ctx.events
+                    .publish(
+                        network.object_ref(&()),
+                        EventType::Normal,
+                        status::reason::SYNCED,
+                        "Network synced successfully".into(),
+                        "Sync",
+                    )
+                    .await;
             }
             Ok(Action::await_change())
         }
@@ -312,33 +319,25 @@ async fn update_status<B>(network: &Network, ctx: &Context<B>, observed: Observe
     let previous_reason = status::current_reason(network);
     let namespace = network.namespace().ok_or(Error::MissingObjectKey("namespace"))?;
     let api: Api<Network> = Api::namespaced(ctx.client.clone(), &namespace);
-    let patch = json!({
-        "apiVersion": Network::api_version(&()),
-        "kind": Network::kind(&()),
-        "status": new,
-    });
-    api.patch_status(
-        &network.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::WriteStatus)?;
+    ctx.own_writes
+        .write_status(&api, network, &new)
+        .await
+        .map_err(Error::WriteStatus)?;
 
     let Some(ready) = new.conditions.first() else {
         return Ok(());
     };
     let entered = previous_reason.as_deref() != Some(ready.reason.as_str());
     if entered && ready.reason != status::reason::SYNCED {
-        events::publish(
-            &ctx.recorder,
-            &network.object_ref(&()),
-            EventType::Warning,
-            &ready.reason,
-            ready.message.clone(),
-            "Sync",
-        )
-        .await;
+        ctx.events
+            .publish(
+                network.object_ref(&()),
+                EventType::Warning,
+                &ready.reason,
+                ready.message.clone(),
+                "Sync",
+            )
+            .await;
     }
     Ok(())
 }

@@ -452,7 +452,7 @@ async fn networks_in_different_namespaces_may_overlap() {
     const LABEL: &str = "sample-operator.dev/network-test";
     let selection = kube::runtime::watcher::Config::default().labels(&format!("{LABEL}={}", tenant_a.name));
     let operator_client = RequestCounter::default().client(testing::config().await).unwrap();
-    let shared = Shared::new(
+    let (shared, _events) = Shared::new(
         operator_client,
         RunConfig {
             namespace: None,

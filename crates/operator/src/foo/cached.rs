@@ -1,0 +1,200 @@
+//! The part of a Deployment the Foo controller reads, which is what it caches.
+//!
+//! A `k8s_openapi` Deployment takes about 5 KiB in memory however empty it is (its pod
+//! template carries every field of a PodSpec and a Container). The controller reads a dozen of
+//! them, so its watch deserializes Deployments straight into this projection: about a fifth of
+//! the memory per cached Deployment, and less parsing. Unknown fields are skipped by serde.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::Resource;
+use serde::Deserialize;
+
+/// A Deployment as the Foo controller caches it.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct CachedDeployment {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: Option<Spec>,
+    pub status: Option<Status>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Spec {
+    pub replicas: Option<i32>,
+    #[serde(default)]
+    pub selector: LabelSelector,
+    #[serde(default)]
+    pub template: Template,
+}
+
+/// The pod template: its labels and its containers' names and images.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Template {
+    #[serde(default)]
+    pub metadata: TemplateMetadata,
+    #[serde(default)]
+    pub spec: PodSpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct TemplateMetadata {
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct PodSpec {
+    #[serde(default)]
+    pub containers: Vec<Container>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Container {
+    pub name: String,
+    pub image: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub observed_generation: Option<i64>,
+    pub available_replicas: Option<i32>,
+}
+
+/// The same resource as a Deployment: `Api<CachedDeployment>` reads apps/v1 deployments.
+impl Resource for CachedDeployment {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Deployment::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        Deployment::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        Deployment::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Deployment::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl CachedDeployment {
+    /// Drops what the controller never reads but the apiserver sends in the metadata: managed
+    /// fields and annotations (the Deployment controller's revision, `kubectl`'s last applied
+    /// configuration).
+    pub fn trim(&mut self) {
+        self.metadata.managed_fields = None;
+        self.metadata.annotations = None;
+    }
+}
+
+impl From<Deployment> for CachedDeployment {
+    fn from(d: Deployment) -> Self {
+        let spec = d.spec.map(|s| Spec {
+            replicas: s.replicas,
+            selector: s.selector,
+            template: Template {
+                metadata: TemplateMetadata {
+                    labels: s.template.metadata.and_then(|m| m.labels),
+                },
+                spec: PodSpec {
+                    containers: s
+                        .template
+                        .spec
+                        .map(|p| p.containers)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|c| Container {
+                            name: c.name,
+                            image: c.image,
+                        })
+                        .collect(),
+                },
+            },
+        });
+        let status = d.status.map(|s| Status {
+            observed_generation: s.observed_generation,
+            available_replicas: s.available_replicas,
+        });
+        let mut cached = Self {
+            metadata: d.metadata,
+            spec,
+            status,
+        };
+        cached.trim();
+        cached
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment_json() -> serde_json::Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "web", "namespace": "ns", "generation": 2,
+                "labels": { "app.kubernetes.io/managed-by": "sample-operator" },
+                "annotations": { "deployment.kubernetes.io/revision": "1" },
+                "managedFields": [{ "manager": "sample-operator", "operation": "Apply" }],
+                "ownerReferences": [{ "apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+                    "name": "example-foo", "uid": "uid-1", "controller": true }],
+            },
+            "spec": {
+                "replicas": 3,
+                "selector": { "matchLabels": { "app": "nginx" } },
+                "strategy": { "type": "RollingUpdate" },
+                "template": {
+                    "metadata": { "labels": { "app": "nginx" } },
+                    "spec": {
+                        "containers": [{ "name": "nginx", "image": "nginx:latest",
+                            "imagePullPolicy": "Always", "terminationMessagePath": "/dev/termination-log" }],
+                        "restartPolicy": "Always",
+                    },
+                },
+            },
+            "status": { "observedGeneration": 2, "availableReplicas": 1, "replicas": 3,
+                "conditions": [{ "type": "Available", "status": "False" }] },
+        })
+    }
+
+    #[test]
+    fn reads_what_the_controller_needs_from_a_deployment() {
+        let mut read: CachedDeployment = serde_json::from_value(deployment_json()).unwrap();
+        read.trim();
+        let full: Deployment = serde_json::from_value(deployment_json()).unwrap();
+        // Straight from the apiserver's JSON, or converted from a full Deployment: the same.
+        assert_eq!(read, CachedDeployment::from(full));
+
+        let spec = read.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(3));
+        assert_eq!(
+            spec.template.spec.containers[0].image.as_deref(),
+            Some("nginx:latest")
+        );
+        assert_eq!(read.status.as_ref().unwrap().available_replicas, Some(1));
+        assert_eq!(read.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+        assert_eq!(read.metadata.managed_fields, None);
+        assert_eq!(read.metadata.annotations, None);
+    }
+
+    #[test]
+    fn addresses_the_deployments_resource() {
+        let url = <CachedDeployment as Resource>::url_path(&(), Some("ns"));
+        assert_eq!(url, "/apis/apps/v1/namespaces/ns/deployments");
+    }
+}
