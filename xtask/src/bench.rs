@@ -19,12 +19,12 @@ mod tracker;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use local_cluster::{LocalCluster, UpOptions, paths, toolchain};
 
 use contender::{Contender, Contenders};
 use report::{Meta, Results};
-use run::{RunOptions, RunSpec, Scenario};
+use run::{RunOptions, RunResult, RunSpec, Scenario};
 
 /// Options of `cargo xtask bench`. The defaults are the issue's full benchmark, which takes
 /// hours; `--n 50 --repeats 1 --steady-window 30s --memory-foos 500` is a quick check.
@@ -79,6 +79,11 @@ pub struct BenchArgs {
     /// Leave the benchmark's cluster running afterwards (in .cluster-bench/).
     #[arg(long)]
     keep_cluster: bool,
+    /// Go on with the results.json in `--out`: runs it already has a result for are skipped.
+    /// The full benchmark takes hours, so it may be run in several sittings; the options must
+    /// be those it was started with.
+    #[arg(long)]
+    resume: bool,
 }
 
 pub async fn run(args: BenchArgs) -> Result<()> {
@@ -87,12 +92,30 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         let results = report::load(&out)?;
         return report::write(&out, &results);
     }
+    let previous = if args.resume {
+        let previous = report::load(&out).context("--resume needs the results.json of an earlier run")?;
+        check_resumable(&args, &previous.meta)?;
+        Some(previous)
+    } else {
+        None
+    };
     let plan = plan(&args);
-    println!("== {} runs planned", plan.len());
+    let done = |spec: &RunSpec| {
+        previous
+            .as_ref()
+            .is_some_and(|p| p.runs.iter().any(|r| r.succeeded() && r.is_of(spec)))
+    };
+    let todo: Vec<(usize, RunSpec)> = plan
+        .iter()
+        .cloned()
+        .enumerate()
+        .filter(|(_, s)| !done(s))
+        .collect();
+    println!("== {} runs planned, {} to run", plan.len(), todo.len());
 
     let contenders = Contenders::prepare(&args.contenders)?;
     let cluster = LocalCluster::new(paths::repo_root().join(".cluster-bench"));
-    let outcome = run_plan(&cluster, &contenders, &args, &plan, &out).await;
+    let outcome = run_plan(&cluster, &contenders, &args, &todo, previous, &out).await;
     if !args.keep_cluster {
         cluster.down().context("stopping the benchmark cluster")?;
     }
@@ -103,7 +126,8 @@ async fn run_plan(
     cluster: &LocalCluster,
     contenders: &Contenders,
     args: &BenchArgs,
-    plan: &[RunSpec],
+    plan: &[(usize, RunSpec)],
+    previous: Option<Results>,
     out: &Path,
 ) -> Result<()> {
     println!(
@@ -128,13 +152,43 @@ async fn run_plan(
             concurrency: args.concurrency,
         },
     };
-    let mut results = Results {
-        meta: describe(args, &state.kubernetes_version).await,
-        runs: Vec::new(),
+    let meta = describe(args, &state.kubernetes_version).await;
+    let mut results = match previous {
+        Some(mut previous) => {
+            if previous.meta.kubernetes_version != meta.kubernetes_version {
+                bail!(
+                    "cannot resume: the results were taken on Kubernetes {}, this cluster is {}",
+                    previous.meta.kubernetes_version,
+                    meta.kubernetes_version
+                );
+            }
+            // Failed runs are run again; their records make way for the new ones.
+            previous.runs.retain(RunResult::succeeded);
+            for commit in meta.commits {
+                if !previous.meta.commits.contains(&commit) {
+                    previous.meta.commits.push(commit);
+                }
+            }
+            previous.meta.other_cluster_running |= meta.other_cluster_running;
+            previous
+        }
+        None => Results {
+            meta,
+            runs: Vec::new(),
+        },
     };
-    for (index, spec) in plan.iter().enumerate() {
-        println!("== run {}/{}: {spec}", index + 1, plan.len());
-        let result = run::run(&env, spec, index).await?;
+    for (done, (index, spec)) in plan.iter().enumerate() {
+        println!("== run {}/{}: {spec}", done + 1, plan.len());
+        // A capped run is the same at every planned N above the cap: it runs once.
+        let same = results
+            .runs
+            .iter()
+            .find(|r| r.succeeded() && r.is_same_run(spec))
+            .cloned();
+        let result = match same {
+            Some(same) => same.reused_for(spec),
+            None => run::run(&env, spec, *index).await?,
+        };
         println!("   {}", result.summary());
         results.runs.push(result);
         // Saved after every run, so that an interrupted benchmark keeps what it measured.
@@ -157,7 +211,38 @@ async fn describe(args: &BenchArgs, kubernetes_version: &str) -> Meta {
         rate_limited_cap: args.rate_limited_cap,
         steady_window_seconds: args.steady_window.as_secs(),
         other_cluster_running: LocalCluster::default().is_healthy().await,
+        commits: vec![command_output(
+            "git",
+            &["describe", "--always", "--dirty", "--abbrev=10"],
+        )],
     }
+}
+
+/// Resumed runs must be the same benchmark as the ones they join.
+fn check_resumable(args: &BenchArgs, meta: &Meta) -> Result<()> {
+    let now = (
+        args.repeats,
+        args.concurrency,
+        args.rate_limited_cap,
+        args.steady_window.as_secs(),
+    );
+    let then = (
+        meta.repeats,
+        meta.concurrency,
+        meta.rate_limited_cap,
+        meta.steady_window_seconds,
+    );
+    if now != then {
+        bail!(
+            "cannot resume: results.json was taken with --repeats {} --concurrency {} --rate-limited-cap {} \
+             --steady-window {}s; give the same options",
+            then.0,
+            then.1,
+            then.2,
+            then.3
+        );
+    }
+    Ok(())
 }
 
 /// `Intel(R) Xeon(R) ..., 2 cores, 23.5 GiB, Linux 6.1.0`.
@@ -303,7 +388,11 @@ mod tests {
                 .iter()
                 .any(|r| r.contender == Contender::Ceiling && r.scenario == Scenario::Steady)
         );
-        let memory: Vec<&RunSpec> = plan.iter().filter(|r| r.scenario == Scenario::Memory).collect();
-        assert!(memory.iter().all(|r| r.n == 10_000));
+        // Untimed: the rate-limited contender starts on Foos the ceiling converged.
+        let untimed: Vec<&RunSpec> = plan
+            .iter()
+            .filter(|r| matches!(r.scenario, Scenario::Steady | Scenario::Memory))
+            .collect();
+        assert!(untimed.iter().all(|r| r.n == r.planned_n));
     }
 }

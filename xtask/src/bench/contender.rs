@@ -60,9 +60,10 @@ impl Contender {
     }
 
     /// The N this contender runs at: sample-controller's client-side rate limit would make
-    /// large timed runs take tens of minutes, so those are capped. Memory runs are not timed.
+    /// large timed runs take tens of minutes, so those are capped. Steady-state and memory runs
+    /// are not timed: it starts those on Foos the ceiling converged.
     pub fn cap(self, scenario: Scenario, n: usize, rate_limited_cap: usize) -> usize {
-        if self.is_rate_limited() && scenario != Scenario::Memory {
+        if self.is_rate_limited() && matches!(scenario, Scenario::Backlog | Scenario::Burst) {
             n.min(rate_limited_cap)
         } else {
             n

@@ -26,6 +26,9 @@ pub struct Meta {
     pub steady_window_seconds: u64,
     /// Whether the test cluster (.cluster/) was running beside the benchmark's.
     pub other_cluster_running: bool,
+    /// `git describe` of the operator measured, one per sitting of a resumed benchmark.
+    #[serde(default)]
+    pub commits: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -520,10 +523,51 @@ fn notes(md: &mut String, results: &Results) {
              the benchmark's and shared the cores.\n",
         );
     }
+    match meta.commits.as_slice() {
+        [] => {}
+        [one] => {
+            let _ = writeln!(md, "- Our operator at commit `{one}`.");
+        }
+        several => {
+            let list: Vec<String> = several.iter().map(|c| format!("`{c}`")).collect();
+            let _ = writeln!(
+                md,
+                "- Taken in {} sittings (`--resume`); our operator at commits {}.",
+                several.len(),
+                list.join(", ")
+            );
+        }
+    }
+    if let Some(missing) = missing_runs(results) {
+        md.push_str("\nFewer runs than planned so far (`cargo xtask bench --resume` takes the rest):\n\n");
+        md.push_str(&missing);
+    }
     if let Some(remarks) = remarks(&results.runs) {
         md.push_str("\nRuns with a remark (runs without a result are left out of the tables):\n\n");
         md.push_str(&remarks);
     }
+}
+
+/// The scenarios, sizes and contenders with fewer successful runs than the planned repeats.
+fn missing_runs(results: &Results) -> Option<String> {
+    let mut counts: BTreeMap<(Scenario, usize, Contender), usize> = BTreeMap::new();
+    for run in &results.runs {
+        if let (Some(scenario), Some(contender)) = (run.scenario, run.contender) {
+            *counts.entry((scenario, run.planned_n, contender)).or_default() += usize::from(run.succeeded());
+        }
+    }
+    let lines: Vec<String> = counts
+        .into_iter()
+        .filter(|(_, done)| *done < results.meta.repeats)
+        .map(|((scenario, n, contender), done)| {
+            format!(
+                "- {} {scenario}, N = {n}: {done} of {}\n",
+                contender.label(),
+                results.meta.repeats
+            )
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.concat())
 }
 
 /// The first line of each run's note, once for the repeats that share it.
@@ -535,7 +579,7 @@ fn remarks(runs: &[RunResult]) -> Option<String> {
             "{} {}, N = {}: {}",
             run.contender.map(Contender::label).unwrap_or_default(),
             run.scenario.map(|s| s.to_string()).unwrap_or_default(),
-            run.n,
+            run.planned_n,
             note.lines().next().unwrap_or_default()
         );
         repeats.entry(what).or_default().push(run.repeat + 1);
@@ -617,7 +661,34 @@ mod tests {
         let text = remarks(&[noted(0), noted(2), run(Contender::Ceiling, 10, 1.0, 0.1)]).unwrap();
         assert_eq!(
             text,
-            "- sample-operator (ours) backlog, N = 10: timed out with 5 of 10 converged (repeat 1, 3)\n"
+            "- sample-operator (ours) backlog, N = 1000: timed out with 5 of 10 converged (repeat 1, 3)\n"
+        );
+    }
+
+    #[test]
+    fn runs_short_of_the_repeats_are_listed() {
+        let results = Results {
+            meta: Meta {
+                repeats: 2,
+                ..Default::default()
+            },
+            runs: vec![
+                run(Contender::Ours, 1000, 1.0, 0.1),
+                RunResult {
+                    repeat: 1,
+                    ..run(Contender::Ours, 1000, 1.0, 0.1)
+                },
+                run(Contender::Ceiling, 1000, 1.0, 0.1),
+                RunResult {
+                    repeat: 1,
+                    seconds: None,
+                    ..run(Contender::Ceiling, 1000, 1.0, 0.1)
+                },
+            ],
+        };
+        assert_eq!(
+            missing_runs(&results).unwrap(),
+            "- ceiling (plain client) backlog, N = 1000: 1 of 2\n"
         );
     }
 

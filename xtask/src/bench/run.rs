@@ -6,6 +6,7 @@
 //!   the apiserver takes them; time from the first create until every Foo is converged.
 //! - steady: a backlog run, then, once the contender is idle, a window (5 minutes by default) in
 //!   which its requests and CPU time are counted; a converged controller should write nothing.
+//!   A rate-limited contender starts on Foos the ceiling converged, as in the memory scenario.
 //! - memory: a backlog run with many Foos (10,000 by default); once the contender has converged
 //!   and gone idle, its resident memory is read. A rate-limited contender would take an hour to
 //!   converge that many, so it starts instead on Foos that the ceiling converged (its cache
@@ -188,6 +189,31 @@ impl RunResult {
         self.seconds.is_some()
     }
 
+    /// Whether this run did what `spec` asks, though planned for another N (a capped run).
+    pub fn is_same_run(&self, spec: &RunSpec) -> bool {
+        self.scenario == Some(spec.scenario)
+            && self.contender == Some(spec.contender)
+            && (self.n, self.repeat) == (spec.n, spec.repeat)
+            && self.planned_n != spec.planned_n
+    }
+
+    /// This run's result, reported again for `spec`'s planned N.
+    pub fn reused_for(mut self, spec: &RunSpec) -> Self {
+        self.note = Some(format!(
+            "the same run as for N = {}, since it is capped at {} Foos",
+            self.planned_n, self.n
+        ));
+        self.planned_n = spec.planned_n;
+        self
+    }
+
+    /// Whether this is a result of the run `spec` describes.
+    pub fn is_of(&self, spec: &RunSpec) -> bool {
+        self.scenario == Some(spec.scenario)
+            && self.contender == Some(spec.contender)
+            && (self.planned_n, self.n, self.repeat) == (spec.planned_n, spec.n, spec.repeat)
+    }
+
     /// One line for the console.
     pub fn summary(&self) -> String {
         let Some(seconds) = self.seconds else {
@@ -330,12 +356,18 @@ fn remove_own_creates(requests: &mut BTreeMap<String, u64>, n: usize) {
 
 async fn steady(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> {
     let tracker = Tracker::start(&env.client, namespace).await?;
-    let Backlog {
-        contender, outcome, ..
-    } = converge_backlog(env, spec, &tracker, namespace).await?;
-    if !matches!(outcome, Outcome::Converged(_)) {
-        return Ok(RunResult::new(spec).with_outcome(&outcome, &tracker));
-    }
+    let contender = if spec.contender.is_rate_limited() {
+        prepare_with_ceiling(env, spec, &tracker, namespace).await?;
+        env.start(spec.contender)?
+    } else {
+        let Backlog {
+            contender, outcome, ..
+        } = converge_backlog(env, spec, &tracker, namespace).await?;
+        if !matches!(outcome, Outcome::Converged(_)) {
+            return Ok(RunResult::new(spec).with_outcome(&outcome, &tracker));
+        }
+        contender
+    };
     let (_, idle) = proc_stats::wait_quiet(contender.pid(), secs(5), secs(3), secs(60)).await?;
     let cpu_before = proc_stats::read(contender.pid())?.cpu_seconds;
     let before = RequestCounts::scrape(&env.client).await?;
@@ -353,10 +385,20 @@ async fn steady(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult>
     result.converged = tracker.converged();
     result.seconds = Some(env.options.steady_window.as_secs_f64());
     result.requests = RequestCounts::scrape(&env.client).await?.since(&before);
-    if !idle {
-        result.note = Some("still busy a minute after converging; the window began anyway".into());
-    }
+    result.note = match (spec.contender.is_rate_limited(), idle) {
+        (true, _) => Some(ceiling_prepared(spec.n)),
+        (false, false) => Some("still busy a minute after converging; the window began anyway".into()),
+        (false, true) => None,
+    };
     Ok(result)
+}
+
+/// The note of a rate-limited contender's untimed run.
+fn ceiling_prepared(n: usize) -> String {
+    format!(
+        "started on Foos the ceiling converged: at 5 a second, its rate limit would take {} minutes",
+        n.div_ceil(5 * 60)
+    )
 }
 
 async fn memory(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> {
@@ -381,10 +423,7 @@ async fn memory(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult>
     result.seconds = Some(start.elapsed().as_secs_f64());
     result.requests = RequestCounts::scrape(&env.client).await?.since(&counts_before);
     result.note = match (spec.contender.is_rate_limited(), idle) {
-        (true, _) => Some(format!(
-            "started on Foos the ceiling converged: at 5 a second, its rate limit would take {} minutes",
-            spec.n.div_ceil(5 * 60)
-        )),
+        (true, _) => Some(ceiling_prepared(spec.n)),
         (false, false) => Some("still busy two minutes after converging; memory read then".into()),
         (false, true) => None,
     };
@@ -422,6 +461,25 @@ fn secs(seconds: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_capped_run_is_reported_again_for_a_larger_planned_n() {
+        let spec = |planned_n| RunSpec {
+            scenario: Scenario::Backlog,
+            contender: Contender::SampleController,
+            planned_n,
+            n: 1000,
+            repeat: 0,
+        };
+        let mut ran = RunResult::new(&spec(1000));
+        ran.seconds = Some(200.0);
+        assert!(ran.is_of(&spec(1000)) && !ran.is_same_run(&spec(1000)));
+        assert!(ran.is_same_run(&spec(5000)));
+        let reused = ran.reused_for(&spec(5000));
+        assert!(reused.is_of(&spec(5000)));
+        assert_eq!(reused.seconds, Some(200.0));
+        assert!(reused.note.unwrap().contains("N = 1000"));
+    }
 
     #[test]
     fn the_bursts_own_creates_are_not_counted() {
