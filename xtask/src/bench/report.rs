@@ -503,7 +503,9 @@ fn notes(md: &mut String, results: &Results) {
          timed runs use at most {cap} Foos. Ratios marked † compare per Foo (time or CPU divided by N) for that \
          reason.\n\
          - Converged: the Foo's status is written and its Deployment exists. CPU: user + system time of the \
-         contender's process (`/proc/<pid>/stat`); peak RSS: `VmHWM` of `/proc/<pid>/status`.\n\
+         contender's process (`/proc/<pid>/stat`); peak RSS: `VmHWM` of `/proc/<pid>/status`. In the backlog and \
+         burst, CPU and requests are read once the contender has gone quiet after converging (at most 20 s \
+         later), so that they include trailing work such as events published in the background.\n\
          - Requests: deltas of the apiserver's `apiserver_request_total` on the resources a Foo controller uses \
          (foos, deployments, replicasets, pods, events; not leases, which the apiserver itself renews). The \
          benchmark watches rather than polls, so its own requests are not in them, and the burst's own Foo \

@@ -138,8 +138,8 @@ pub struct RunResult {
     pub seconds: Option<f64>,
     /// Foos converged when the run ended.
     pub converged: usize,
-    /// CPU seconds: from start to convergence (backlog, memory), from the first create
-    /// (burst), within the window (steady state).
+    /// CPU seconds: from start (backlog, memory) or the first create (burst) until the
+    /// contender is quiet after converging; within the window (steady state).
     pub cpu_seconds: f64,
     pub rss_bytes: u64,
     pub peak_rss_bytes: u64,
@@ -281,6 +281,7 @@ pub async fn delete_leftovers(client: &Client) -> Result<()> {
 async fn backlog(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> {
     let tracker = Tracker::start(&env.client, namespace).await?;
     let backlog = converge_backlog(env, spec, &tracker, namespace).await?;
+    settle(&backlog.contender, &backlog.outcome).await?;
     let stats = read_unless_died(&backlog.contender, &backlog.outcome)?;
     let mut result = RunResult::new(spec)
         .with_outcome(&backlog.outcome, &tracker)
@@ -331,6 +332,7 @@ async fn burst(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> 
     let outcome = tracker
         .wait_converged(spec.n, start, env.options.timeout, &contender.0)
         .await;
+    settle(&contender, &outcome).await?;
     let mut stats = read_unless_died(&contender, &outcome)?;
     stats.cpu_seconds -= cpu_before;
     let mut requests = RequestCounts::scrape(&env.client).await?.since(&before);
@@ -445,6 +447,19 @@ async fn prepare_with_ceiling(env: &Env, spec: &RunSpec, tracker: &Tracker, name
         other => bail!("the ceiling did not prepare {} converged Foos: {other:?}", spec.n),
     }
 }
+
+/// Waits, after convergence, until the contender has finished the work that trails it (ours and
+/// sample-controller publish events in the background), at most `SETTLE_MAX`, so that its CPU
+/// time and requests include that work.
+async fn settle(contender: &Running, outcome: &Outcome) -> Result<()> {
+    if matches!(outcome, Outcome::Converged(_)) {
+        proc_stats::wait_quiet(contender.pid(), Duration::ZERO, secs(2), SETTLE_MAX).await?;
+    }
+    Ok(())
+}
+
+/// A rate-limited contender never goes quiet (its resyncs queue more writes than it may send).
+const SETTLE_MAX: Duration = Duration::from_secs(20);
 
 /// The contender's numbers, unless it exited (then there are none to read).
 fn read_unless_died(contender: &Running, outcome: &Outcome) -> Result<ProcStats> {
