@@ -90,7 +90,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let out = paths::repo_root().join(&args.out);
     if args.report_only {
         let results = report::load(&out)?;
-        return report::write(&out, &results);
+        return report::write(&out, &results, &plan(&args));
     }
     let previous = if args.resume {
         let previous = report::load(&out).context("--resume needs the results.json of an earlier run")?;
@@ -194,7 +194,7 @@ async fn run_plan(
         // Saved after every run, so that an interrupted benchmark keeps what it measured.
         report::save(out, &results)?;
     }
-    report::write(out, &results)?;
+    report::write(out, &results, &self::plan(args))?;
     println!("== wrote {} and converged.png", out.join("RESULTS.md").display());
     Ok(())
 }

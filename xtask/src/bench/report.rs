@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::apiserver::{by_verb, is_write};
 use super::chart;
 use super::contender::Contender;
-use super::run::{RunResult, Scenario, mib};
+use super::run::{RunResult, RunSpec, Scenario, mib};
 
 /// What the report says about where and how the numbers were taken.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -61,8 +61,9 @@ pub fn load(out: &Path) -> Result<Results> {
 }
 
 /// Writes RESULTS.md and converged.png.
-pub fn write(out: &Path, results: &Results) -> Result<()> {
-    std::fs::write(out.join("RESULTS.md"), markdown(results))?;
+/// `plan` is every run the benchmark's options ask for, to tell what is still missing.
+pub fn write(out: &Path, results: &Results, plan: &[RunSpec]) -> Result<()> {
+    std::fs::write(out.join("RESULTS.md"), markdown(results, plan))?;
     chart::draw(&out.join("converged.png"), &results.runs)
 }
 
@@ -244,7 +245,7 @@ fn sizes(runs: &[RunResult], scenario: Scenario) -> Vec<usize> {
     sizes
 }
 
-fn markdown(results: &Results) -> String {
+fn markdown(results: &Results, plan: &[RunSpec]) -> String {
     let runs = &results.runs;
     let mut md = String::from("# Benchmark: our Foo controller and its Go peers\n\n");
     md.push_str(
@@ -270,7 +271,7 @@ fn markdown(results: &Results) -> String {
         memory_table(&mut md, &groups(runs, Scenario::Memory, n), n);
     }
     targets(&mut md, runs);
-    notes(&mut md, results);
+    notes(&mut md, results, plan);
     md
 }
 
@@ -486,7 +487,7 @@ fn best_go_peer<'a, 'b>(
         .map(|(g, _)| g)
 }
 
-fn notes(md: &mut String, results: &Results) {
+fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
     let meta = &results.meta;
     let _ = writeln!(
         md,
@@ -540,8 +541,8 @@ fn notes(md: &mut String, results: &Results) {
             );
         }
     }
-    if let Some(missing) = missing_runs(results) {
-        md.push_str("\nFewer runs than planned so far (`cargo xtask bench --resume` takes the rest):\n\n");
+    if let Some(missing) = missing_runs(results, plan) {
+        md.push_str("\nNot all runs are in yet (`cargo xtask bench --resume` takes the rest):\n\n");
         md.push_str(&missing);
     }
     if let Some(remarks) = remarks(&results.runs) {
@@ -550,26 +551,33 @@ fn notes(md: &mut String, results: &Results) {
     }
 }
 
-/// The scenarios, sizes and contenders with fewer successful runs than the planned repeats.
-fn missing_runs(results: &Results) -> Option<String> {
-    let mut counts: BTreeMap<(Scenario, usize, Contender), usize> = BTreeMap::new();
-    for run in &results.runs {
-        if let (Some(scenario), Some(contender)) = (run.scenario, run.contender) {
-            *counts.entry((scenario, run.planned_n, contender)).or_default() += usize::from(run.succeeded());
-        }
+/// For each planned scenario and size with runs still missing, how many each contender has.
+fn missing_runs(results: &Results, plan: &[RunSpec]) -> Option<String> {
+    let mut planned: BTreeMap<(Scenario, usize), BTreeMap<Contender, (usize, usize)>> = BTreeMap::new();
+    for spec in plan {
+        let done = results.runs.iter().any(|r| r.succeeded() && r.is_of(spec));
+        let counts = planned
+            .entry((spec.scenario, spec.planned_n))
+            .or_default()
+            .entry(spec.contender)
+            .or_default();
+        counts.0 += usize::from(done);
+        counts.1 += 1;
     }
-    let lines: Vec<String> = counts
+    let total = plan.len();
+    let done: usize = planned.values().flat_map(|c| c.values()).map(|c| c.0).sum();
+    let lines: Vec<String> = planned
         .into_iter()
-        .filter(|(_, done)| *done < results.meta.repeats)
-        .map(|((scenario, n, contender), done)| {
-            format!(
-                "- {} {scenario}, N = {n}: {done} of {}\n",
-                contender.label(),
-                results.meta.repeats
-            )
+        .filter(|(_, contenders)| contenders.values().any(|(done, of)| done < of))
+        .map(|((scenario, n), contenders)| {
+            let each: Vec<String> = contenders
+                .iter()
+                .map(|(contender, (done, of))| format!("{} {done} of {of}", contender.label()))
+                .collect();
+            format!("- {scenario}, N = {n}: {}\n", each.join(", "))
         })
         .collect();
-    (!lines.is_empty()).then(|| lines.concat())
+    (!lines.is_empty()).then(|| format!("{done} of {total} planned runs so far.\n\n{}", lines.concat()))
 }
 
 /// The first line of each run's note, once for the repeats that share it.
@@ -668,30 +676,47 @@ mod tests {
     }
 
     #[test]
-    fn runs_short_of_the_repeats_are_listed() {
+    fn runs_still_missing_are_listed() {
+        let spec = |contender, repeat| RunSpec {
+            scenario: Scenario::Backlog,
+            contender,
+            planned_n: 1000,
+            n: 1000,
+            repeat,
+        };
+        let plan = [
+            spec(Contender::Ours, 0),
+            spec(Contender::Ceiling, 0),
+            spec(Contender::Ours, 1),
+            spec(Contender::Ceiling, 1),
+        ];
+        let ran = |contender, repeat| RunResult {
+            repeat,
+            ..run(contender, 1000, 1.0, 0.1)
+        };
+        let failed = RunResult {
+            seconds: None,
+            ..ran(Contender::Ceiling, 1)
+        };
         let results = Results {
-            meta: Meta {
-                repeats: 2,
-                ..Default::default()
-            },
+            meta: Meta::default(),
             runs: vec![
-                run(Contender::Ours, 1000, 1.0, 0.1),
-                RunResult {
-                    repeat: 1,
-                    ..run(Contender::Ours, 1000, 1.0, 0.1)
-                },
-                run(Contender::Ceiling, 1000, 1.0, 0.1),
-                RunResult {
-                    repeat: 1,
-                    seconds: None,
-                    ..run(Contender::Ceiling, 1000, 1.0, 0.1)
-                },
+                ran(Contender::Ours, 0),
+                ran(Contender::Ours, 1),
+                ran(Contender::Ceiling, 0),
+                failed,
             ],
         };
         assert_eq!(
-            missing_runs(&results).unwrap(),
-            "- ceiling (plain client) backlog, N = 1000: 1 of 2\n"
+            missing_runs(&results, &plan).unwrap(),
+            "3 of 4 planned runs so far.\n\n\
+             - backlog, N = 1000: sample-operator (ours) 2 of 2, ceiling (plain client) 1 of 2\n"
         );
+        let done = Results {
+            runs: vec![ran(Contender::Ceiling, 1)],
+            ..results
+        };
+        assert_eq!(missing_runs(&done, &plan[3..]), None);
     }
 
     #[test]
@@ -739,7 +764,7 @@ mod tests {
                 run(Contender::ControllerRuntime, 1000, 20.0, 4.0),
             ],
         };
-        let md = markdown(&results);
+        let md = markdown(&results, &[]);
         assert!(md.contains("## Backlog, N = 1000"), "{md}");
         assert!(
             md.contains("converges within 1.2× the ceiling: **met** (1.11)"),
