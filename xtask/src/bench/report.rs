@@ -156,7 +156,8 @@ impl Group<'_> {
             .into_iter()
             .filter_map(|key| {
                 let values = per_run.iter().map(|c| *c.get(key).unwrap_or(&0) as f64);
-                let median = Spread::of(values)?.median;
+                // A median of 0.5 (one run of two) would show as 0.
+                let median = Spread::of(values)?.median.round();
                 (median > 0.0).then(|| format!("{key} {median:.0}"))
             })
             .collect();

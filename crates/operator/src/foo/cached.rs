@@ -1,9 +1,9 @@
 //! The part of a Deployment the Foo controller reads, which is what it caches.
 //!
-//! A `k8s_openapi` Deployment takes about 5 KiB in memory however empty it is (its pod
-//! template carries every field of a PodSpec and a Container). The controller reads a dozen of
-//! them, so its watch deserializes Deployments straight into this projection: about a fifth of
-//! the memory per cached Deployment, and less parsing. Unknown fields are skipped by serde.
+//! A `k8s_openapi` Deployment with one container takes about 4.5 KiB before any of its strings
+//! (its structs carry every field of a DeploymentSpec, a PodSpec and a Container), and the
+//! controller reads a dozen fields. So its watch deserializes Deployments straight into this
+//! projection, a few hundred bytes, with less parsing; serde skips the unknown fields.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
