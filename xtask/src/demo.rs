@@ -8,6 +8,9 @@ use local_cluster::{LocalCluster, paths, toolchain};
 
 /// Where the demo's objects live; recreated on every run so the demo can be repeated.
 const NAMESPACE: &str = "demo";
+/// The `Ready` condition's reason and status, as kubectl jsonpaths.
+const READY_REASON: &str = r#".status.conditions[?(@.type=="Ready")].reason"#;
+const READY_STATUS: &str = r#".status.conditions[?(@.type=="Ready")].status"#;
 
 struct Demo {
     kubectl: PathBuf,
@@ -183,11 +186,7 @@ fn foo_scene(demo: &Demo) -> Result<()> {
     ])?;
     let colliding = "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata:\n  name: colliding\nspec:\n  deploymentName: someone-elses\n  replicas: 1\n";
     apply_stdin(demo, colliding)?;
-    demo.wait(
-        "foo/colliding",
-        r#".status.conditions[?(@.type=="Ready")].reason"#,
-        "ResourceExists",
-    )?;
+    demo.wait("foo/colliding", READY_REASON, "ResourceExists")?;
     demo.show(&["get", "-n", NAMESPACE, "foo/colliding", "-o", "wide"])?;
     demo.show(&[
         "get",
@@ -216,11 +215,7 @@ fn foo_scene(demo: &Demo) -> Result<()> {
 fn network_scene(demo: &Demo) -> Result<()> {
     println!("\n== Network: the seed's example-network becomes Ready, with its attachment definition");
     demo.show(&["apply", "-n", NAMESPACE, "-f", &demo.sample("network.yaml")])?;
-    demo.wait(
-        "network/example-network",
-        r#".status.conditions[?(@.type=="Ready")].status"#,
-        "True",
-    )?;
+    demo.wait("network/example-network", READY_STATUS, "True")?;
     demo.show(&["get", "-n", NAMESPACE, "network/example-network", "-o", "wide"])?;
     demo.show(&[
         "get",
@@ -236,11 +231,7 @@ fn network_scene(demo: &Demo) -> Result<()> {
     println!("\n== Network: an overlapping Network in the same namespace is refused");
     let overlapping = "apiVersion: samplecrd.k8s.io/v1\nkind: Network\nmetadata:\n  name: overlapping\nspec:\n  cidr: 192.168.10.0/24\n  gateway: 192.168.10.1\n";
     apply_stdin(demo, overlapping)?;
-    demo.wait(
-        "network/overlapping",
-        r#".status.conditions[?(@.type=="Ready")].reason"#,
-        "CIDRConflict",
-    )?;
+    demo.wait("network/overlapping", READY_REASON, "CIDRConflict")?;
     demo.show(&["get", "-n", NAMESPACE, "networks", "-o", "wide"])?;
     demo.show(&[
         "get",
@@ -261,11 +252,7 @@ fn network_scene(demo: &Demo) -> Result<()> {
         "example-network",
         "--wait=true",
     ])?;
-    demo.wait(
-        "network/overlapping",
-        r#".status.conditions[?(@.type=="Ready")].status"#,
-        "True",
-    )?;
+    demo.wait("network/overlapping", READY_STATUS, "True")?;
     demo.show(&["get", "-n", NAMESPACE, "networks,network-attachment-definitions"])?;
     Ok(())
 }

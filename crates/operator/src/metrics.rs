@@ -426,6 +426,7 @@ mod tests {
         drop(metrics.reconcile("foo"));
         metrics.set_leader(true);
         metrics.watch_restarted("foos");
+        metrics.event("published");
         let text = metrics.render();
         for line in [
             r#"sample_operator_reconciles_total{controller="foo",result="success"} 1"#,
@@ -436,6 +437,7 @@ mod tests {
             r#"sample_operator_reconciles_in_flight{controller="foo"} 0"#,
             "sample_operator_leader 1",
             r#"sample_operator_watch_restarts_total{resource="foos"} 1"#,
+            r#"sample_operator_events_total{result="published"} 1"#,
             r#"sample_operator_api_requests_total{method="GET"} 0"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
