@@ -6,6 +6,7 @@
 mod api;
 mod cluster;
 mod deploy;
+mod events;
 mod foo;
 mod my_custom_resource;
 mod network;
