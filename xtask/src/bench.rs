@@ -211,10 +211,29 @@ async fn describe(args: &BenchArgs, kubernetes_version: &str) -> Meta {
         rate_limited_cap: args.rate_limited_cap,
         steady_window_seconds: args.steady_window.as_secs(),
         other_cluster_running: LocalCluster::default().is_healthy().await,
-        commits: vec![command_output(
-            "git",
-            &["describe", "--always", "--dirty", "--abbrev=10"],
-        )],
+        commits: vec![operator_commit()],
+    }
+}
+
+/// The commit of the operator being measured, `-dirty` when its sources have uncommitted
+/// changes. Changes elsewhere (this benchmark's own results, the docs) do not count.
+fn operator_commit() -> String {
+    let commit = command_output("git", &["describe", "--always", "--abbrev=10"]);
+    let changed = command_output(
+        "git",
+        &[
+            "status",
+            "--porcelain",
+            "--",
+            ":/crates",
+            ":/Cargo.toml",
+            ":/Cargo.lock",
+        ],
+    );
+    if changed.is_empty() {
+        commit
+    } else {
+        format!("{commit}-dirty")
     }
 }
 
