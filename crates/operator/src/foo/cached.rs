@@ -3,7 +3,10 @@
 //! A `k8s_openapi` Deployment with one container takes about 4.5 KiB before any of its strings
 //! (its structs carry every field of a DeploymentSpec, a PodSpec and a Container), and the
 //! controller reads a dozen fields. So its watch deserializes Deployments straight into this
-//! projection, a few hundred bytes, with less parsing; serde skips the unknown fields.
+//! projection, a few hundred bytes, with less parsing; serde skips the unknown fields. Its labels
+//! are kept as short sorted lists: a `BTreeMap` allocates a whole node (about 544 bytes) even for
+//! one label, and a Deployment has three sets of them (at 10,000 Foos, the memory scenario went
+//! from 74 to 56 MiB in one run).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -18,6 +21,10 @@ use serde::Deserialize;
 pub struct CachedDeployment {
     #[serde(default)]
     pub metadata: ObjectMeta,
+    /// `metadata.labels`, moved here by [`CachedDeployment::trim`]: read them here, not through
+    /// `Resource::labels`.
+    #[serde(skip)]
+    pub labels: Labels,
     pub spec: Option<Spec>,
     pub status: Option<Status>,
 }
@@ -26,7 +33,7 @@ pub struct CachedDeployment {
 pub struct Spec {
     pub replicas: Option<i32>,
     #[serde(default)]
-    pub selector: LabelSelector,
+    pub selector: Selector,
     #[serde(default)]
     pub template: Template,
 }
@@ -42,7 +49,51 @@ pub struct Template {
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct TemplateMetadata {
-    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub labels: Labels,
+}
+
+/// Labels as a list sorted by key (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Labels(pub Box<[(String, String)]>);
+
+impl Labels {
+    pub fn get(&self, key: &str) -> Option<&String> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+    pub fn to_map(&self) -> Option<BTreeMap<String, String>> {
+        (!self.0.is_empty()).then(|| self.0.iter().cloned().collect())
+    }
+}
+
+impl From<Option<BTreeMap<String, String>>> for Labels {
+    fn from(map: Option<BTreeMap<String, String>>) -> Self {
+        Labels(map.unwrap_or_default().into_iter().collect())
+    }
+}
+
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Option::<BTreeMap<String, String>>::deserialize(d)?.into())
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Selector {
+    #[serde(default)]
+    pub match_labels: Labels,
+    pub match_expressions:
+        Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement>>,
+}
+
+impl Selector {
+    pub fn to_label_selector(&self) -> LabelSelector {
+        LabelSelector {
+            match_labels: self.match_labels.to_map(),
+            match_expressions: self.match_expressions.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -92,10 +143,19 @@ impl Resource for CachedDeployment {
 impl CachedDeployment {
     /// Drops what the controller never reads but the apiserver sends in the metadata: managed
     /// fields and annotations (the Deployment controller's revision, `kubectl`'s last applied
-    /// configuration).
+    /// configuration); moves the labels to `labels`. Every CachedDeployment the controller reads
+    /// has been through it: the watch's, a read's and an apply's.
     pub fn trim(&mut self) {
         self.metadata.managed_fields = None;
         self.metadata.annotations = None;
+        if let Some(labels) = self.metadata.labels.take() {
+            self.labels = Some(labels).into();
+        }
+    }
+
+    pub fn trimmed(mut self) -> Self {
+        self.trim();
+        self
     }
 }
 
@@ -103,10 +163,13 @@ impl From<Deployment> for CachedDeployment {
     fn from(d: Deployment) -> Self {
         let spec = d.spec.map(|s| Spec {
             replicas: s.replicas,
-            selector: s.selector,
+            selector: Selector {
+                match_labels: s.selector.match_labels.into(),
+                match_expressions: s.selector.match_expressions,
+            },
             template: Template {
                 metadata: TemplateMetadata {
-                    labels: s.template.metadata.and_then(|m| m.labels),
+                    labels: s.template.metadata.and_then(|m| m.labels).into(),
                 },
                 spec: PodSpec {
                     containers: s
@@ -129,6 +192,7 @@ impl From<Deployment> for CachedDeployment {
         });
         let mut cached = Self {
             metadata: d.metadata,
+            labels: Labels::default(),
             spec,
             status,
         };
@@ -190,6 +254,13 @@ mod tests {
         assert_eq!(read.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
         assert_eq!(read.metadata.managed_fields, None);
         assert_eq!(read.metadata.annotations, None);
+        assert_eq!(read.metadata.labels, None);
+        assert_eq!(
+            read.labels.get("app.kubernetes.io/managed-by").unwrap(),
+            "sample-operator"
+        );
+        assert_eq!(spec.selector.match_labels.get("app").unwrap(), "nginx");
+        assert_eq!(spec.template.metadata.labels.get("app").unwrap(), "nginx");
     }
 
     #[test]

@@ -71,10 +71,8 @@ pub fn is_controlled_by(deployment: &impl Resource, uid: &str) -> bool {
 /// Whether `observed` differs from `desired` in any field the operator manages. Fields others
 /// manage (an added annotation, another container) do not count: they are left alone.
 pub fn needs_apply(desired: &Deployment, observed: &CachedDeployment) -> bool {
-    let contains_all = |have: Option<&BTreeMap<String, String>>, want: Option<&BTreeMap<String, String>>| {
-        let empty = BTreeMap::new();
-        let have = have.unwrap_or(&empty);
-        want.unwrap_or(&empty).iter().all(|(k, v)| have.get(k) == Some(v))
+    let contains_all = |have: &crate::foo::cached::Labels, want: Option<&BTreeMap<String, String>>| {
+        want.into_iter().flatten().all(|(k, v)| have.get(k) == Some(v))
     };
     let (Some(want), Some(have)) = (desired.spec.as_ref(), observed.spec.as_ref()) else {
         return true;
@@ -99,13 +97,10 @@ pub fn needs_apply(desired: &Deployment, observed: &CachedDeployment) -> bool {
         .any(|o| !observed.owner_references().contains(o));
 
     owner_missing
-        || !contains_all(
-            observed.metadata.labels.as_ref(),
-            desired.metadata.labels.as_ref(),
-        )
+        || !contains_all(&observed.labels, desired.metadata.labels.as_ref())
         || want.replicas != have.replicas
-        || want.selector != have.selector
-        || !contains_all(have.template.metadata.labels.as_ref(), want_template_labels)
+        || want.selector != have.selector.to_label_selector()
+        || !contains_all(&have.template.metadata.labels, want_template_labels)
         || want_image != have_image
 }
 

@@ -257,7 +257,8 @@ async fn ensure_deployment(
                     return Ok((Arc::new(created.into()), true));
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    Arc::new(cached_api.get(name).await.map_err(Error::ReadDeployment)?)
+                    let found = cached_api.get(name).await.map_err(Error::ReadDeployment)?;
+                    Arc::new(found.trimmed())
                 }
                 Err(e) => return Err(Error::CreateDeployment(e)),
             }
@@ -279,7 +280,7 @@ async fn ensure_deployment(
         .await
         .map_err(Error::ApplyDeployment)?;
     tracing::info!(foo = %status::describe(foo), deployment = %name, "applied Deployment");
-    Ok((Arc::new(applied), true))
+    Ok((Arc::new(applied.trimmed()), true))
 }
 
 /// Deletes the Deployments this Foo controls under a name it no longer asks for.
