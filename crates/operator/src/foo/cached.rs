@@ -16,17 +16,38 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Resource;
 use serde::Deserialize;
 
-/// A Deployment as the Foo controller caches it.
+/// A Deployment as the Foo controller caches it. Every one is trimmed as it is read, from the
+/// watch, a get or an apply's answer (see [`CachedDeployment::trim`]).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(from = "Wire")]
 pub struct CachedDeployment {
-    #[serde(default)]
     pub metadata: ObjectMeta,
-    /// `metadata.labels`, moved here by [`CachedDeployment::trim`]: read them here, not through
-    /// `Resource::labels`.
-    #[serde(skip)]
+    /// `metadata.labels`, moved here by `trim`: read them here, not through `Resource::labels`.
     pub labels: Labels,
     pub spec: Option<Spec>,
     pub status: Option<Status>,
+}
+
+/// A CachedDeployment as the apiserver sends it, before `trim`.
+#[derive(Deserialize)]
+struct Wire {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    spec: Option<Spec>,
+    status: Option<Status>,
+}
+
+impl From<Wire> for CachedDeployment {
+    fn from(wire: Wire) -> Self {
+        let mut cached = Self {
+            metadata: wire.metadata,
+            labels: Labels::default(),
+            spec: wire.spec,
+            status: wire.status,
+        };
+        cached.trim();
+        cached
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -143,19 +164,13 @@ impl Resource for CachedDeployment {
 impl CachedDeployment {
     /// Drops what the controller never reads but the apiserver sends in the metadata: managed
     /// fields and annotations (the Deployment controller's revision, `kubectl`'s last applied
-    /// configuration); moves the labels to `labels`. Every CachedDeployment the controller reads
-    /// has been through it: the watch's, a read's and an apply's.
-    pub fn trim(&mut self) {
+    /// configuration); moves the labels to `labels`.
+    fn trim(&mut self) {
         self.metadata.managed_fields = None;
         self.metadata.annotations = None;
         if let Some(labels) = self.metadata.labels.take() {
             self.labels = Some(labels).into();
         }
-    }
-
-    pub fn trimmed(mut self) -> Self {
-        self.trim();
-        self
     }
 }
 
@@ -238,8 +253,7 @@ mod tests {
 
     #[test]
     fn reads_what_the_controller_needs_from_a_deployment() {
-        let mut read: CachedDeployment = serde_json::from_value(deployment_json()).unwrap();
-        read.trim();
+        let read: CachedDeployment = serde_json::from_value(deployment_json()).unwrap();
         let full: Deployment = serde_json::from_value(deployment_json()).unwrap();
         // Straight from the apiserver's JSON, or converted from a full Deployment: the same.
         assert_eq!(read, CachedDeployment::from(full));

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{Resource, ResourceExt};
 
-use super::cached::CachedDeployment;
+use super::cached::{CachedDeployment, Labels};
 use sample_operator_api::Foo;
 use serde_json::json;
 
@@ -71,7 +71,7 @@ pub fn is_controlled_by(deployment: &impl Resource, uid: &str) -> bool {
 /// Whether `observed` differs from `desired` in any field the operator manages. Fields others
 /// manage (an added annotation, another container) do not count: they are left alone.
 pub fn needs_apply(desired: &Deployment, observed: &CachedDeployment) -> bool {
-    let contains_all = |have: &crate::foo::cached::Labels, want: Option<&BTreeMap<String, String>>| {
+    let contains_all = |have: &Labels, want: Option<&BTreeMap<String, String>>| {
         want.into_iter().flatten().all(|(k, v)| have.get(k) == Some(v))
     };
     let (Some(want), Some(have)) = (desired.spec.as_ref(), observed.spec.as_ref()) else {

@@ -126,7 +126,6 @@ pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Syn
     )
     .default_backoff()
     .inspect(shared.metrics.watch_observer("deployments"))
-    .modify(CachedDeployment::trim)
     .inspect_ok(move |event| index.apply(event))
     .reflect(deployment_writer)
     .touched_objects();
@@ -257,8 +256,7 @@ async fn ensure_deployment(
                     return Ok((Arc::new(created.into()), true));
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    let found = cached_api.get(name).await.map_err(Error::ReadDeployment)?;
-                    Arc::new(found.trimmed())
+                    Arc::new(cached_api.get(name).await.map_err(Error::ReadDeployment)?)
                 }
                 Err(e) => return Err(Error::CreateDeployment(e)),
             }
@@ -280,7 +278,7 @@ async fn ensure_deployment(
         .await
         .map_err(Error::ApplyDeployment)?;
     tracing::info!(foo = %status::describe(foo), deployment = %name, "applied Deployment");
-    Ok((Arc::new(applied.trimmed()), true))
+    Ok((Arc::new(applied), true))
 }
 
 /// Deletes the Deployments this Foo controls under a name it no longer asks for.
