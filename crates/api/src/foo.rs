@@ -1,7 +1,17 @@
-//! `Foo` (`samplecontroller.k8s.io/v1alpha1`): kubernetes/sample-controller's resource, which owns
-//! an nginx Deployment.
+//! `Foo`: kubernetes/sample-controller's resource, which owns an nginx Deployment. It is served in
+//! two groups with one spec and one status: `samplecontroller.k8s.io/v1alpha1` ([`Foo`], the
+//! group of kubernetes/sample-controller) and `example.com/v1alpha1` ([`ExampleFoo`], the group
+//! the nakamasato/sample-controller tutorial generates its code for). [`FooKind`] is what the
+//! two have in common, and what the controller is generic over.
 
-use kube::{CustomResource, KubeSchema};
+use std::borrow::Cow;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::ApiResource;
+use kube::core::object::{HasSpec, HasStatus};
+use kube::{CustomResource, CustomResourceExt, KubeSchema, Resource};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::Condition;
@@ -81,33 +91,173 @@ pub const MAX_NAME_LENGTH: usize = 63;
 /// Bounds of `spec.replicas`.
 pub const REPLICAS: std::ops::RangeInclusive<i32> = 1..=10;
 
-impl Foo {
+/// `Foo` in `example.com/v1alpha1`, as the nakamasato/sample-controller tutorial serves it: the
+/// spec and status of [`Foo`] in another group. Written by hand rather than derived, because the
+/// derive makes one kind per spec type; its CRD is [`Foo`]'s with the group changed
+/// ([`ExampleFoo::crd`]), so the two schemas cannot drift apart.
+#[derive(Deserialize, Clone, Debug, PartialEq)]
+pub struct ExampleFoo {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: FooSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<FooStatus>,
+}
+
+impl ExampleFoo {
+    pub const GROUP: &str = "example.com";
+
+    /// A new ExampleFoo named `name`, as the derive's `Foo::new` makes one.
+    pub fn new(name: &str, spec: FooSpec) -> Self {
+        Self {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+}
+
+/// With `apiVersion` and `kind`, which the apiserver requires in every body.
+impl Serialize for ExampleFoo {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire<'a> {
+            api_version: Cow<'a, str>,
+            kind: Cow<'a, str>,
+            metadata: &'a ObjectMeta,
+            spec: &'a FooSpec,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            status: Option<&'a FooStatus>,
+        }
+        Wire {
+            api_version: Self::api_version(&()),
+            kind: Self::kind(&()),
+            metadata: &self.metadata,
+            spec: &self.spec,
+            status: self.status.as_ref(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl Resource for ExampleFoo {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Foo::kind(&())
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Self::GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Foo::version(&())
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Foo::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl HasSpec for ExampleFoo {
+    type Spec = FooSpec;
+    fn spec(&self) -> &FooSpec {
+        &self.spec
+    }
+    fn spec_mut(&mut self) -> &mut FooSpec {
+        &mut self.spec
+    }
+}
+
+impl HasStatus for ExampleFoo {
+    type Status = FooStatus;
+    fn status(&self) -> Option<&FooStatus> {
+        self.status.as_ref()
+    }
+    fn status_mut(&mut self) -> &mut Option<FooStatus> {
+        &mut self.status
+    }
+}
+
+impl CustomResourceExt for ExampleFoo {
+    /// [`Foo`]'s CRD in the `example.com` group. That group is not under `k8s.io`, so it needs no
+    /// API approval annotation, and it gets a short name of its own: `fo` stays with the group
+    /// of kubernetes/sample-controller.
+    fn crd() -> CustomResourceDefinition {
+        let mut crd = Foo::crd();
+        crd.metadata.name = Some(Self::crd_name().to_owned());
+        crd.metadata.annotations = None;
+        crd.spec.group = Self::GROUP.to_owned();
+        crd.spec.names.short_names = Some(Self::shortnames().iter().map(|s| (*s).to_owned()).collect());
+        crd
+    }
+    fn crd_name() -> &'static str {
+        "foos.example.com"
+    }
+    fn api_resource() -> ApiResource {
+        ApiResource::erase::<Self>(&())
+    }
+    fn shortnames() -> &'static [&'static str] {
+        &["exfoo"]
+    }
+}
+
+/// A Foo of either group: the same spec, status and behaviour under another `apiVersion`.
+pub trait FooKind:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + HasSpec<Spec = FooSpec>
+    + HasStatus<Status = FooStatus>
+    + CustomResourceExt
+    + Clone
+    + std::fmt::Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
     /// The checks of the schema, in Rust: a Foo stored before the schema had them (or written
     /// while validation was off) is reported rather than acted on. The message names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        let name = self.metadata.name.as_deref().unwrap_or_default();
-        if name.len() > MAX_NAME_LENGTH {
-            return Err(format!(
-                "metadata.name: {name:?} is longer than {MAX_NAME_LENGTH} characters, the limit of a label value"
-            ));
-        }
-        if !crate::names::is_dns1123_subdomain(&self.spec.deployment_name) {
-            return Err(format!(
-                "spec.deploymentName: {:?} is not a valid Deployment name (lower-case letters, digits, '-' and '.', at most 253 characters)",
-                self.spec.deployment_name
-            ));
-        }
-        if let Some(replicas) = self.spec.replicas
-            && !REPLICAS.contains(&replicas)
-        {
-            return Err(format!(
-                "spec.replicas: {replicas} is out of range, it must be from {} to {}",
-                REPLICAS.start(),
-                REPLICAS.end()
-            ));
-        }
-        Ok(())
+    fn validate(&self) -> Result<(), String> {
+        validate(self.meta(), self.spec())
     }
+}
+
+impl FooKind for Foo {}
+impl FooKind for ExampleFoo {}
+
+fn validate(meta: &ObjectMeta, spec: &FooSpec) -> Result<(), String> {
+    let name = meta.name.as_deref().unwrap_or_default();
+    if name.len() > MAX_NAME_LENGTH {
+        return Err(format!(
+            "metadata.name: {name:?} is longer than {MAX_NAME_LENGTH} characters, the limit of a label value"
+        ));
+    }
+    if !crate::names::is_dns1123_subdomain(&spec.deployment_name) {
+        return Err(format!(
+            "spec.deploymentName: {:?} is not a valid Deployment name (lower-case letters, digits, '-' and '.', at most 253 characters)",
+            spec.deployment_name
+        ));
+    }
+    if let Some(replicas) = spec.replicas
+        && !REPLICAS.contains(&replicas)
+    {
+        return Err(format!(
+            "spec.replicas: {replicas} is out of range, it must be from {} to {}",
+            REPLICAS.start(),
+            REPLICAS.end()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -131,6 +281,36 @@ mod tests {
         assert_eq!(foo("example-foo", "example-foo", Some(1)).validate(), Ok(()));
         assert_eq!(foo("a", "web.v2", None).validate(), Ok(()));
         assert_eq!(foo("a", "b", Some(10)).validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_example_com_foo_is_the_same_foo_in_another_group() {
+        let (foo, example) = (Foo::crd(), ExampleFoo::crd());
+        assert_eq!(example.metadata.name.as_deref(), Some("foos.example.com"));
+        assert_eq!(example.spec.group, "example.com");
+        assert_eq!(example.spec.names.kind, "Foo");
+        assert_eq!(example.spec.names.plural, "foos");
+        assert_eq!(
+            example.spec.versions, foo.spec.versions,
+            "one schema for both groups"
+        );
+
+        let mut sample = ExampleFoo::new(
+            "foo-sample",
+            FooSpec {
+                deployment_name: "foo-sample".into(),
+                replicas: Some(1),
+            },
+        );
+        let json = serde_json::to_value(&sample).unwrap();
+        assert_eq!(json["apiVersion"], "example.com/v1alpha1");
+        assert_eq!(json["kind"], "Foo");
+        assert_eq!(json["spec"]["deploymentName"], "foo-sample");
+        assert_eq!(serde_json::from_value::<ExampleFoo>(json).unwrap(), sample);
+
+        sample.spec.replicas = Some(11);
+        let err = sample.validate().unwrap_err();
+        assert!(err.starts_with("spec.replicas:"), "{err}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod my_custom_resource;
 pub mod names;
 pub mod network;
 
-pub use foo::{Foo, FooSpec, FooStatus};
+pub use foo::{ExampleFoo, Foo, FooKind, FooSpec, FooStatus};
 pub use my_custom_resource::{MyCustomResource, MyCustomResourceSpec, MyCustomResourceStatus};
 pub use network::{Addressing, BackendReference, Network, NetworkSpec, NetworkStatus};
 
@@ -33,20 +33,28 @@ pub const API_APPROVAL_ANNOTATION: &str = "api-approved.kubernetes.io";
 pub const API_APPROVAL_VALUE: &str =
     "unapproved, sample-operator keeps the group of kubernetes/sample-controller for compatibility";
 
-/// Every CRD of the operator, in a stable order.
+/// The CRDs installed by default, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![Network::crd(), Foo::crd(), MyCustomResource::crd()]
 }
 
-const GENERATED_HEADER: &str = "# Generated from the Rust types in crates/api by `sample-operator crd`; do not edit.\n# Regenerate: cargo run -p sample-operator -- crd > deploy/crds/crds.yaml\n";
+/// The CRD of the `example.com` Foo, installed only by those who use that group: with both Foo
+/// CRDs installed, `kubectl get foos` names one of them (`example.com`, first in discovery's
+/// order), so users of kubernetes/sample-controller's group would have to spell out
+/// `foos.samplecontroller.k8s.io`.
+pub fn example_com_crds() -> Vec<CustomResourceDefinition> {
+    vec![ExampleFoo::crd()]
+}
 
-/// All CRDs as one multi-document YAML stream: what `sample-operator crd` prints and what is
+const GENERATED_HEADER: &str = "# Generated from the Rust types in crates/api by `sample-operator crd`; do not edit.\n# Regenerate: cargo xtask crds\n";
+
+/// `crds` as one multi-document YAML stream: what `sample-operator crd` prints and what is
 /// committed under `deploy/crds/`.
-pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+pub fn crds_yaml(crds: &[CustomResourceDefinition]) -> Result<String, serde_yaml::Error> {
     let mut out = String::from(GENERATED_HEADER);
-    for crd in crds() {
+    for crd in crds {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&crd)?);
+        out.push_str(&serde_yaml::to_string(crd)?);
     }
     Ok(out)
 }
@@ -57,7 +65,7 @@ mod tests {
 
     #[test]
     fn protected_groups_carry_the_approval_annotation() {
-        for crd in crds() {
+        for crd in crds().into_iter().chain(example_com_crds()) {
             let group = &crd.spec.group;
             let protected = group.ends_with(".k8s.io") || group.ends_with(".kubernetes.io");
             let annotation = crd
@@ -79,7 +87,7 @@ mod tests {
 
     #[test]
     fn every_crd_has_a_status_subresource_short_names_and_columns() {
-        for crd in crds() {
+        for crd in crds().into_iter().chain(example_com_crds()) {
             let name = crd.metadata.name.clone().unwrap_or_default();
             let version = &crd.spec.versions[0];
             let subresources = version.subresources.as_ref().expect("subresources");
