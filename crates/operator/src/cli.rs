@@ -7,13 +7,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use kube::Api;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, CustomResourceExt};
 
-use crate::leader::{LeaseConfig, Outcome};
-use crate::requests::RequestCounter;
-use crate::{ControllerName, RunConfig, Telemetry};
+use crate::runtime::Telemetry;
+use crate::runtime::leader::{LeaseConfig, Outcome};
+use crate::runtime::requests::RequestCounter;
+use crate::{ControllerName, RunConfig};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -30,8 +31,13 @@ pub struct Args {
 pub enum Command {
     /// Run the controllers against a cluster.
     Run(Box<RunArgs>),
-    /// Print the CustomResourceDefinitions of all resources as multi-document YAML.
-    Crd,
+    /// Print the CustomResourceDefinitions as multi-document YAML: those installed by default,
+    /// or with --example-com the Foo of the example.com group.
+    Crd {
+        /// Print the CRD of the example.com Foo (seed 004's group) instead.
+        #[arg(long)]
+        example_com: bool,
+    },
 }
 
 /// Where the cluster is and how to reach it.
@@ -53,8 +59,9 @@ pub struct ClusterArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Controllers to run, comma-separated.
-    #[arg(long, env = "SAMPLE_OPERATOR_CONTROLLERS", value_delimiter = ',', default_values_t = ControllerName::ALL.to_vec(), value_enum)]
+    /// Controllers to run, comma-separated; foo-example (the Foo of the example.com group) runs
+    /// only when named, and needs its CRD (deploy/crds/example.com/).
+    #[arg(long, env = "SAMPLE_OPERATOR_CONTROLLERS", value_delimiter = ',', default_values_t = ControllerName::DEFAULT.to_vec(), value_enum)]
     pub controllers: Vec<ControllerName>,
     /// Watch only this namespace; all namespaces when unset.
     #[arg(long, env = "SAMPLE_OPERATOR_NAMESPACE")]
@@ -135,7 +142,7 @@ pub enum LogFormat {
 pub fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
-        Command::Crd => print_crds(),
+        Command::Crd { example_com } => print_crds(example_com),
         Command::Run(run) => {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
@@ -227,7 +234,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
 
     let telemetry = Telemetry::new(requests);
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let (address, http) = crate::server::serve(args.http_address, telemetry.clone(), async move {
+    let (address, http) = crate::runtime::server::serve(args.http_address, telemetry.clone(), async move {
         let _ = http_stopped.await;
     })
     .await
@@ -243,7 +250,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
             duration: Duration::from_secs(election.lease_duration_seconds),
             grace: Duration::from_secs(election.lease_grace_seconds),
         };
-        crate::leader::run_elected(client, run, telemetry, lease, drain, shutdown_signal())
+        crate::runtime::leader::run_elected(client, run, telemetry, lease, drain, shutdown_signal())
             .await
             .map_err(|e| e.to_string())?
     } else {
@@ -276,6 +283,9 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         Outcome::LostLease => {
             Err("lost the leader lease; exiting so that this replica restarts as a standby".into())
         }
+        Outcome::RenewalsFailed => Err(
+            "could not renew the leader lease before it expired (is the API server reachable, may this replica update Leases?); exiting so that this replica restarts as a standby".into(),
+        ),
     }
 }
 
@@ -287,15 +297,14 @@ async fn preflight(client: &kube::Client, run: &RunConfig, server: &str) -> Resu
         .await
         .map_err(|e| format!("cannot reach the API server at {server}: {e}"))?;
     for name in &run.controllers {
+        use sample_operator_api::{ExampleFoo, Foo, MyCustomResource, Network};
         let (kind, result) = match name {
-            ControllerName::Network => (
-                "Network",
-                probe::<sample_operator_api::Network>(client, run).await,
-            ),
-            ControllerName::Foo => ("Foo", probe::<sample_operator_api::Foo>(client, run).await),
+            ControllerName::Network => (Network::crd_name(), probe::<Network>(client, run).await),
+            ControllerName::Foo => (Foo::crd_name(), probe::<Foo>(client, run).await),
+            ControllerName::FooExample => (ExampleFoo::crd_name(), probe::<ExampleFoo>(client, run).await),
             ControllerName::MyCustomResource => (
-                "MyCustomResource",
-                probe::<sample_operator_api::MyCustomResource>(client, run).await,
+                MyCustomResource::crd_name(),
+                probe::<MyCustomResource>(client, run).await,
             ),
         };
         match result {
@@ -351,8 +360,13 @@ async fn shutdown_signal() {
     }
 }
 
-fn print_crds() -> ExitCode {
-    let yaml = match sample_operator_api::crds_yaml() {
+fn print_crds(example_com: bool) -> ExitCode {
+    let crds = if example_com {
+        sample_operator_api::example_com_crds()
+    } else {
+        sample_operator_api::crds()
+    };
+    let yaml = match sample_operator_api::crds_yaml(&crds) {
         Ok(yaml) => yaml,
         Err(e) => return fail(format!("cannot serialise the CRDs: {e}")),
     };

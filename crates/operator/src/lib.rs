@@ -1,35 +1,24 @@
 //! sample-operator: the controllers of the classic Kubernetes controller tutorials, on
 //! kube-rs's controller runtime.
 //!
-//! One module per controller ([`foo`]); what they share is here: the configuration of a run,
-//! the client, the event reporter, and the function that runs the selected controllers until
-//! shutdown.
+//! [`runtime`] holds everything the controllers share (the reconcile loop around kube-runtime's
+//! `Controller`, watches and readiness, status writes and events, metrics, health, leader
+//! election); each controller module holds only its domain: [`foo`] (for both groups of Foo),
+//! [`network`] and [`my_custom_resource`]. This file names the controllers and runs the
+//! selected ones until shutdown.
 
-pub mod backoff;
 pub mod cli;
-pub mod conditions;
-pub mod events;
 pub mod foo;
-pub mod health;
-pub mod index;
-pub mod leader;
-pub mod metrics;
 pub mod my_custom_resource;
 pub mod network;
-pub mod own_writes;
-pub mod requests;
-pub mod server;
+pub mod runtime;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
-use kube::runtime::events::Reporter;
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::Client;
+use sample_operator_api::{ExampleFoo, Foo};
 
-/// The field manager of every write: one owner for everything the operator applies.
-pub const FIELD_MANAGER: &str = "sample-operator";
+use runtime::{Shared, Telemetry};
 
 /// The controllers this operator runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -37,14 +26,18 @@ pub enum ControllerName {
     /// Network: syncs networks to a backend, Multus NetworkAttachmentDefinitions (the
     /// samplecrd tutorials).
     Network,
-    /// Foo: owns an nginx Deployment (kubernetes/sample-controller).
+    /// Foo (samplecontroller.k8s.io): owns an nginx Deployment (kubernetes/sample-controller).
     Foo,
+    /// Foo (example.com): the same Foo in the group of the nakamasato/sample-controller tutorial.
+    FooExample,
     /// MyCustomResource: healthy while its friend Pod exists (kubebuilder tutorial).
     MyCustomResource,
 }
 
 impl ControllerName {
-    pub const ALL: &[ControllerName] = &[
+    /// What runs unless `--controllers` says otherwise: the controllers of the CRDs installed by
+    /// default. `foo-example` runs when asked for, where its CRD is installed.
+    pub const DEFAULT: &[ControllerName] = &[
         ControllerName::Network,
         ControllerName::Foo,
         ControllerName::MyCustomResource,
@@ -55,6 +48,7 @@ impl ControllerName {
         match self {
             ControllerName::Network => "network",
             ControllerName::Foo => "foo",
+            ControllerName::FooExample => "foo-example",
             ControllerName::MyCustomResource => "my-custom-resource",
         }
     }
@@ -81,7 +75,7 @@ impl Default for RunConfig {
     fn default() -> Self {
         Self {
             namespace: None,
-            controllers: ControllerName::ALL.to_vec(),
+            controllers: ControllerName::DEFAULT.to_vec(),
             concurrency: 16,
             resync: None,
             instance: default_instance(),
@@ -102,107 +96,6 @@ fn default_instance() -> String {
         })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "sample-operator".into())
-}
-
-/// Metrics and health of one operator process, shared by its controllers and its HTTP server.
-#[derive(Clone, Debug)]
-pub struct Telemetry {
-    pub metrics: Arc<metrics::Metrics>,
-    pub health: Arc<health::Health>,
-}
-
-impl Telemetry {
-    pub fn new(requests: requests::RequestCounter) -> Self {
-        Self {
-            metrics: Arc::new(metrics::Metrics::new(requests)),
-            health: Arc::default(),
-        }
-    }
-}
-
-/// What every controller of one run shares.
-#[derive(Clone)]
-pub struct Shared {
-    pub client: Client,
-    pub events: events::Events,
-    pub config: RunConfig,
-    pub metrics: Arc<metrics::Metrics>,
-    pub health: Arc<health::Health>,
-}
-
-impl Shared {
-    /// Also starts the task that publishes the controllers' events; the run waits for it with
-    /// [`events::Publisher::finish`] once every `Shared` is dropped.
-    pub fn new(client: Client, config: RunConfig, telemetry: Telemetry) -> (Self, events::Publisher) {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: Some(config.instance.clone()),
-        };
-        let (events, publisher) = events::Events::start(client.clone(), reporter, telemetry.metrics.clone());
-        let shared = Self {
-            client,
-            events,
-            config,
-            metrics: telemetry.metrics,
-            health: telemetry.health,
-        };
-        (shared, publisher)
-    }
-
-    /// An `Api` over the watched namespaces.
-    pub fn api<K>(&self) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + DeserializeOwned + Clone,
-    {
-        match &self.config.namespace {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        }
-    }
-
-    /// Adds the periodic resync of the run's configuration, if any, to `controller`.
-    pub fn with_resync<K>(&self, controller: kube::runtime::Controller<K>) -> kube::runtime::Controller<K>
-    where
-        K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-        K::DynamicType: Eq + std::hash::Hash + Clone,
-    {
-        match self.config.resync {
-            Some(interval) => controller.reconcile_all_on(resync_ticks(interval)),
-            None => controller,
-        }
-    }
-
-    pub fn controller_config(&self) -> kube::runtime::controller::Config {
-        kube::runtime::controller::Config::default().concurrency(self.config.concurrency)
-    }
-}
-
-/// Completes once `store` has its first full list.
-///
-/// `Store::wait_until_ready` wakes only the last task that polled it (its readiness is a
-/// oneshot channel, which keeps one waker), so with several waiters, such as the controller's
-/// runner and concurrent reconciles, the others would wait forever. Polling is safe for any
-/// number of waiters, and costs nothing once the store is ready.
-pub async fn store_ready<K>(store: &kube::runtime::reflector::Store<K>)
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    use futures::FutureExt;
-    while store.wait_until_ready().now_or_never().is_none() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A tick every `interval`, for `reconcile_all_on`.
-pub(crate) fn resync_ticks(interval: Duration) -> impl Stream<Item = ()> + Send {
-    futures::stream::unfold(
-        tokio::time::interval_at(tokio::time::Instant::now() + interval, interval),
-        |mut t| async {
-            t.tick().await;
-            Some(((), t))
-        },
-    )
 }
 
 /// Runs the configured controllers until `shutdown` completes; each then finishes the
@@ -231,14 +124,21 @@ pub async fn run_with(
     };
     let mut controllers = Vec::new();
     for name in &shared.config.controllers {
-        let controller = match name {
-            ControllerName::Network => tokio::spawn(network::run(shared.clone(), stopped())),
-            ControllerName::Foo => tokio::spawn(foo::run(shared.clone(), stopped())),
-            ControllerName::MyCustomResource => {
-                tokio::spawn(my_custom_resource::run(shared.clone(), stopped()))
+        let (shared, stopped) = (shared.clone(), stopped());
+        controllers.push(match name {
+            ControllerName::Network => {
+                tokio::spawn(async move { runtime::run(&shared, network::wiring(&shared), stopped).await })
             }
-        };
-        controllers.push(controller);
+            ControllerName::Foo => {
+                tokio::spawn(async move { runtime::run(&shared, foo::wiring::<Foo>(&shared), stopped).await })
+            }
+            ControllerName::FooExample => tokio::spawn(async move {
+                runtime::run(&shared, foo::wiring::<ExampleFoo>(&shared), stopped).await
+            }),
+            ControllerName::MyCustomResource => tokio::spawn(async move {
+                runtime::run(&shared, my_custom_resource::wiring(&shared), stopped).await
+            }),
+        });
     }
     shutdown.await;
     let _ = stop_tx.send(true);

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
 use super::cached::{CachedDeployment, Labels};
-use sample_operator_api::Foo;
+use sample_operator_api::FooKind;
 use serde_json::json;
 
 /// On every Deployment the operator creates; its watch selects on it, so the cache holds only
@@ -21,20 +21,20 @@ pub const IMAGE: &str = "nginx:latest";
 pub const DEFAULT_REPLICAS: i32 = 1;
 
 /// The labels of the selector and the pod template, as in kubernetes/sample-controller.
-pub fn selector_labels(foo: &Foo) -> BTreeMap<String, String> {
+pub fn selector_labels(foo: &impl FooKind) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app".to_owned(), "nginx".to_owned()),
         ("controller".to_owned(), foo.name_any()),
     ])
 }
 
-pub fn desired_replicas(foo: &Foo) -> i32 {
-    foo.spec.replicas.unwrap_or(DEFAULT_REPLICAS)
+pub fn desired_replicas(foo: &impl FooKind) -> i32 {
+    foo.spec().replicas.unwrap_or(DEFAULT_REPLICAS)
 }
 
 /// The whole Deployment the Foo wants, to be server-side applied: every field in it is one the
-/// operator manages, and nothing else.
-pub fn desired(foo: &Foo) -> Deployment {
+/// operator manages, and nothing else. The owner reference names the Foo's own group.
+pub fn desired(foo: &impl FooKind) -> Deployment {
     let owner = foo
         .controller_owner_ref(&())
         .expect("a Foo from the apiserver has a name and uid");
@@ -43,7 +43,7 @@ pub fn desired(foo: &Foo) -> Deployment {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            "name": foo.spec.deployment_name,
+            "name": foo.spec().deployment_name,
             "namespace": foo.namespace(),
             "labels": { MANAGED_BY_LABEL: MANAGED_BY },
             "ownerReferences": [owner],
@@ -58,14 +58,6 @@ pub fn desired(foo: &Foo) -> Deployment {
         },
     }))
     .expect("a valid Deployment")
-}
-
-/// Whether `deployment` has a controller owner reference to the object with `uid`.
-pub fn is_controlled_by(deployment: &impl Resource, uid: &str) -> bool {
-    deployment
-        .owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
 /// Whether `observed` differs from `desired` in any field the operator manages. Fields others
@@ -107,7 +99,7 @@ pub fn needs_apply(desired: &Deployment, observed: &CachedDeployment) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sample_operator_api::FooSpec;
+    use sample_operator_api::{ExampleFoo, Foo, FooSpec};
 
     fn foo(replicas: Option<i32>) -> Foo {
         let mut foo = Foo::new(
@@ -147,8 +139,35 @@ mod tests {
             (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
             ("Foo", "uid-1", Some(true))
         );
-        assert!(is_controlled_by(&d, "uid-1"));
-        assert!(!is_controlled_by(&d, "uid-2"));
+    }
+
+    #[test]
+    fn the_owner_reference_names_the_group_of_the_foo() {
+        let mut example = ExampleFoo::new(
+            "example-foo",
+            FooSpec {
+                deployment_name: "web".into(),
+                replicas: Some(3),
+            },
+        );
+        example.metadata.namespace = Some("ns".into());
+        example.metadata.uid = Some("uid-2".into());
+        let d = desired(&example);
+        let owner = &d.owner_references()[0];
+        assert_eq!(
+            (
+                owner.api_version.as_str(),
+                owner.kind.as_str(),
+                owner.uid.as_str()
+            ),
+            ("example.com/v1alpha1", "Foo", "uid-2")
+        );
+        assert_eq!(
+            desired(&foo(Some(3))).owner_references()[0].api_version,
+            "samplecontroller.k8s.io/v1alpha1"
+        );
+        // Otherwise the same Deployment.
+        assert_eq!(d.spec, desired(&foo(Some(3))).spec);
     }
 
     #[test]

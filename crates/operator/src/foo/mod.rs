@@ -1,11 +1,13 @@
-//! The Foo controller: kubernetes/sample-controller's behaviour on kube-rs's runtime.
+//! The Foo controller: kubernetes/sample-controller's behaviour on the shared runtime.
 //!
-//! For each Foo it keeps an nginx Deployment named `spec.deploymentName`, controlled by the Foo
+//! One domain for both groups a Foo is served in (`samplecontroller.k8s.io` and `example.com`):
+//! the code is generic over [`FooKind`], and each group runs as a controller of its own. For
+//! each Foo it keeps an nginx Deployment named `spec.deploymentName`, controlled by the Foo
 //! through an owner reference, and reports the Deployment's availability in the Foo's status.
 //! Reconcile is a short pipeline:
 //!
 //! 1. **validate** the spec (objects stored before the schema had a rule get a condition and an
-//!    event, then wait for a change instead of retrying);
+//!    event, then wait for a change: a terminal error);
 //! 2. **ensure the Deployment**: build the whole desired object ([`deployment::desired`]) and
 //!    server-side apply it, but only when a field we manage differs, and never to a Deployment
 //!    this Foo does not control;
@@ -19,37 +21,51 @@ pub mod cached;
 pub mod deployment;
 pub mod status;
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, predicates, watcher};
-use kube::{Resource, ResourceExt};
-use sample_operator_api::Foo;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{predicates, watcher};
+use sample_operator_api::{ExampleFoo, Foo, FooKind};
 
-use crate::backoff::Backoff;
-use crate::index::Index;
-use crate::own_writes::OwnWrites;
-use crate::{FIELD_MANAGER, Shared, events};
+use crate::runtime::children;
+use crate::runtime::index::Index;
+use crate::runtime::watch::no_preparation;
+use crate::runtime::{Context, FIELD_MANAGER, ReconcileError, Reconciler, Shared, Wiring};
 use cached::CachedDeployment;
 use status::Observed;
 
-/// The controller's name in metrics and readiness reports.
-const CONTROLLER: &str = "foo";
+/// A group the Foo is served in, and the name of its controller.
+pub trait Kind: FooKind {
+    /// The controller's name in metrics, logs and readiness reports.
+    const CONTROLLER: &'static str;
+}
+
+impl Kind for Foo {
+    const CONTROLLER: &'static str = "foo";
+}
+
+impl Kind for ExampleFoo {
+    const CONTROLLER: &'static str = "foo-example";
+}
 
 /// What can go wrong in a Foo reconcile. The variant names are the reasons in logs and
-/// metrics; every one of them is retried with per-object backoff.
-#[derive(Debug, thiserror::Error)]
+/// metrics; every one but `InvalidSpec` is retried with per-object backoff.
+#[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
 pub enum Error {
-    #[error("{}", status::resource_exists_message(.0))]
-    ResourceExists(String),
     #[error("the Foo has no {0}")]
     MissingObjectKey(&'static str),
+    #[error("{0}")]
+    InvalidSpec(String),
+    #[error("{}", status::resource_exists_message(.0))]
+    ResourceExists(String),
     #[error("creating Deployment: {0}")]
     CreateDeployment(#[source] kube::Error),
     #[error("reading Deployment: {0}")]
@@ -62,18 +78,13 @@ pub enum Error {
     WriteStatus(#[source] kube::Error),
 }
 
-impl Error {
-    /// A short, stable name of the failure, for logs and metrics.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Error::ResourceExists(_) => "ResourceExists",
-            Error::MissingObjectKey(_) => "MissingObjectKey",
-            Error::CreateDeployment(_) => "CreateDeployment",
-            Error::ReadDeployment(_) => "ReadDeployment",
-            Error::ApplyDeployment(_) => "ApplyDeployment",
-            Error::DeleteDeployment(_) => "DeleteDeployment",
-            Error::WriteStatus(_) => "WriteStatus",
-        }
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        self.into()
+    }
+
+    fn is_terminal(&self) -> bool {
+        matches!(self, Error::InvalidSpec(_))
     }
 
     /// Nothing watches a foreign Deployment, so a conflict is noticed to be over only by
@@ -86,272 +97,198 @@ impl Error {
     }
 }
 
-/// What every Foo reconcile shares.
-pub struct Context {
-    client: kube::Client,
-    metrics: Arc<crate::metrics::Metrics>,
-    events: events::Events,
+/// The Foo domain, for Foos of kind `K`.
+pub struct FooReconciler<K> {
     /// The operator's Deployments, by namespace and name.
     deployments: Store<CachedDeployment>,
-    /// The operator's Deployments, by the uid of the Foo that controls them.
+    /// The operator's Deployments, by the uid of the Foo of kind `K` that controls them.
     owned: Index<CachedDeployment, String>,
-    /// Status writes the Foo cache has not caught up with.
-    own_writes: OwnWrites<Foo>,
-    backoff: Backoff<ObjectRef<Foo>>,
+    kind: PhantomData<fn() -> K>,
 }
 
-/// Runs the Foo controller until `shutdown` completes.
-pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let foos: Api<Foo> = shared.api();
-    let (foo_store, foo_writer) = reflector::store();
-    let own_writes = OwnWrites::default();
-    let seen = own_writes.clone();
-    let foo_events = watcher(foos, watcher::Config::default())
-        .default_backoff()
-        .inspect(shared.metrics.watch_observer("foos"))
-        .modify(|foo| foo.managed_fields_mut().clear())
-        .reflect(foo_writer)
-        .inspect_ok(move |event| seen.observe(event))
-        .applied_objects()
-        // Our own status writes do not change the generation: they need no reconcile.
-        .predicate_filter(predicates::generation, Default::default());
-
-    let (deployment_store, deployment_writer) = reflector::store();
-    let owned = Index::new(controlling_foo_uid);
+/// The controller of Foos of kind `K`: its watches, caches and domain.
+pub fn wiring<K: Kind>(shared: &Shared) -> Wiring<FooReconciler<K>> {
+    // Our own status writes do not change the generation: they need no reconcile.
+    let foos = shared.watch_primary::<K>(watcher::Config::default(), predicates::generation, |_| {});
+    let owned = Index::new(controlling_foo_uid::<K>);
     let index = owned.clone();
     let selector = format!("{}={}", deployment::MANAGED_BY_LABEL, deployment::MANAGED_BY);
-    let deployment_events = watcher(
+    let deployments = shared.watch_cache(
         shared.api::<CachedDeployment>(),
+        "deployments",
         watcher::Config::default().labels(&selector),
-    )
-    .default_backoff()
-    .inspect(shared.metrics.watch_observer("deployments"))
-    .inspect_ok(move |event| index.apply(event))
-    .reflect(deployment_writer)
-    .touched_objects();
-
-    let context = Arc::new(Context {
-        client: shared.client.clone(),
-        metrics: shared.metrics.clone(),
-        events: shared.events.clone(),
-        deployments: deployment_store,
-        owned,
-        own_writes,
-        backoff: Backoff::default(),
-    });
-    let health = shared.health.clone();
-    let (foos_synced, deployments_synced) = (foo_store.clone(), context.deployments.clone());
-    tokio::spawn(async move {
-        crate::store_ready(&foos_synced).await;
-        crate::store_ready(&deployments_synced).await;
-        health.synced(CONTROLLER);
-    });
-    let controller = shared.with_resync(
-        Controller::for_stream(foo_events, foo_store)
-            .owns_stream(deployment_events)
-            .with_config(shared.controller_config()),
+        no_preparation,
+        move |event| index.apply(event),
     );
-    controller
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "foo controller");
-            }
-        })
-        .await;
+    Wiring {
+        name: K::CONTROLLER,
+        controller: Controller::for_stream(foos.events, foos.store).owns_stream(deployments.events),
+        reconciler: FooReconciler {
+            deployments: deployments.store,
+            owned,
+            kind: PhantomData,
+        },
+        own_writes: foos.own_writes,
+        caches: vec![foos.synced, deployments.synced],
+    }
 }
 
-fn controlling_foo_uid(deployment: &CachedDeployment) -> Vec<String> {
+/// The uid of the Foo of kind `K` that controls `deployment`: a Foo of the other group is
+/// another owner.
+fn controlling_foo_uid<K: Kind>(deployment: &CachedDeployment) -> Vec<String> {
     deployment
         .owner_references()
         .iter()
-        .filter(|o| o.controller == Some(true) && o.kind == "Foo")
+        .filter(|o| {
+            o.controller == Some(true) && o.kind == K::kind(&()) && o.api_version == K::api_version(&())
+        })
         .map(|o| o.uid.clone())
         .collect()
 }
 
-async fn reconcile(foo: Arc<Foo>, ctx: Arc<Context>) -> Result<Action, Error> {
-    // Before the Deployment cache is filled, every Deployment would look missing.
-    crate::store_ready(&ctx.deployments).await;
-    let foo = ctx.own_writes.latest(foo);
-    let timer = ctx.metrics.reconcile(CONTROLLER);
-    let result = sync(&foo, &ctx).await;
-    timer.finish(result.as_ref().map(|_| ()).map_err(Error::reason));
-    if result.is_ok() {
-        ctx.backoff.reset(&ObjectRef::from_obj(&*foo));
-        ctx.metrics.set_awaiting_retry(CONTROLLER, ctx.backoff.len());
-    }
-    result
-}
+impl<K: Kind> Reconciler for FooReconciler<K> {
+    type Object = K;
+    type Error = Error;
 
-fn error_policy(foo: Arc<Foo>, error: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx
-        .backoff
-        .next_delay(ObjectRef::from_obj(&*foo))
-        .min(error.max_delay());
-    ctx.metrics.set_awaiting_retry(CONTROLLER, ctx.backoff.len());
-    tracing::warn!(foo = %status::describe(&foo), reason = error.reason(), %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
-}
+    /// The reconcile pipeline; see the module docs.
+    async fn reconcile(&self, foo: Arc<K>, ctx: &Context<K>) -> Result<Action, Error> {
+        let foo = &*foo;
+        let namespace = foo.namespace().ok_or(Error::MissingObjectKey("namespace"))?;
+        let uid = foo.uid().ok_or(Error::MissingObjectKey("uid"))?;
 
-/// The reconcile pipeline; see the module docs.
-async fn sync(foo: &Foo, ctx: &Context) -> Result<Action, Error> {
-    let namespace = foo.namespace().ok_or(Error::MissingObjectKey("namespace"))?;
-    let uid = foo.uid().ok_or(Error::MissingObjectKey("uid"))?;
-
-    if let Err(message) = foo.validate() {
-        update_status(foo, ctx, Observed::Invalid(&message)).await?;
-        // Retrying cannot fix a spec; the next change to it triggers a reconcile.
-        return Ok(Action::await_change());
-    }
-
-    let (deployment, applied) = match ensure_deployment(foo, ctx, &namespace, &uid).await {
-        Err(Error::ResourceExists(name)) => {
-            update_status(foo, ctx, Observed::Conflict).await?;
-            return Err(Error::ResourceExists(name));
+        if let Err(message) = foo.validate() {
+            update_status(foo, ctx, Observed::Invalid(&message)).await?;
+            return Err(Error::InvalidSpec(message));
         }
-        other => other?,
-    };
-    let removed = remove_stale_deployments(foo, ctx, &namespace, &uid).await?;
-    update_status(foo, ctx, Observed::Deployment(&deployment)).await?;
-    if applied || removed {
-        ctx.events
-            .publish(
-                foo.object_ref(&()),
-                EventType::Normal,
-                "Synced",
-                "Foo synced successfully".into(),
-                "Sync",
-            )
-            .await;
+
+        let (deployment, applied) = match self.ensure_deployment(foo, ctx, &namespace, &uid).await {
+            Err(Error::ResourceExists(name)) => {
+                update_status(foo, ctx, Observed::Conflict).await?;
+                return Err(Error::ResourceExists(name));
+            }
+            other => other?,
+        };
+        let removed = self.remove_stale_deployments(foo, ctx, &namespace, &uid).await?;
+        update_status(foo, ctx, Observed::Deployment(&deployment)).await?;
+        if applied || removed {
+            ctx.publish(foo, EventType::Normal, "Synced", "Foo synced successfully".into())
+                .await;
+        }
+        Ok(Action::await_change())
     }
-    Ok(Action::await_change())
 }
 
-/// Makes the Deployment match the desired one. Returns it, and whether anything was written.
-async fn ensure_deployment(
-    foo: &Foo,
-    ctx: &Context,
-    namespace: &str,
-    uid: &str,
-) -> Result<(Arc<CachedDeployment>, bool), Error> {
-    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
-    // Reads and applies answer with the cached projection rather than a whole Deployment.
-    let cached_api: Api<CachedDeployment> = Api::namespaced(ctx.client.clone(), namespace);
-    let name = &foo.spec.deployment_name;
-    let desired = deployment::desired(foo);
-    let observed = match ctx.deployments.get(&ObjectRef::new(name).within(namespace)) {
-        Some(cached) => cached,
-        // Not among the operator's Deployments: create it, unless one of that name exists
-        // (someone else's, or ours with its label removed), which the create then reports.
-        None => {
-            let params = PostParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..Default::default()
-            };
-            match api.create(&params, &desired).await {
-                Ok(created) => {
-                    tracing::info!(foo = %status::describe(foo), deployment = %name, "created Deployment");
+impl<K: Kind> FooReconciler<K> {
+    /// Makes the Deployment match the desired one. Returns it, and whether anything was written.
+    async fn ensure_deployment(
+        &self,
+        foo: &K,
+        ctx: &Context<K>,
+        namespace: &str,
+        uid: &str,
+    ) -> Result<(Arc<CachedDeployment>, bool), Error> {
+        let api: Api<Deployment> = Api::namespaced(ctx.client().clone(), namespace);
+        // Reads and applies answer with the cached projection rather than a whole Deployment.
+        let cached_api: Api<CachedDeployment> = Api::namespaced(ctx.client().clone(), namespace);
+        let name = &foo.spec().deployment_name;
+        let desired = deployment::desired(foo);
+        let observed = match self.deployments.get(&ObjectRef::new(name).within(namespace)) {
+            Some(cached) => cached,
+            // Not among the operator's Deployments: create it, unless one of that name exists
+            // (someone else's, or ours with its label removed), which is then read.
+            None => match children::create(&api, &desired)
+                .await
+                .map_err(Error::CreateDeployment)?
+            {
+                Some(created) => {
+                    tracing::info!(deployment = %name, "created Deployment");
                     return Ok((Arc::new(created.into()), true));
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    Arc::new(cached_api.get(name).await.map_err(Error::ReadDeployment)?)
-                }
-                Err(e) => return Err(Error::CreateDeployment(e)),
-            }
+                None => Arc::new(cached_api.get(name).await.map_err(Error::ReadDeployment)?),
+            },
+        };
+        if !children::is_controlled_by(&*observed, uid) {
+            return Err(Error::ResourceExists(name.clone()));
         }
-    };
-    if !deployment::is_controlled_by(&*observed, uid) {
-        return Err(Error::ResourceExists(name.clone()));
+        if !deployment::needs_apply(&desired, &observed) {
+            return Ok((observed, false));
+        }
+        // The uid makes the apply conditional on the object checked above: if it was replaced in
+        // between by someone else's, the apiserver refuses instead of taking it over.
+        let mut patch = desired;
+        patch.metadata.uid = observed.metadata.uid.clone();
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let applied = cached_api
+            .patch(name, &params, &Patch::Apply(&patch))
+            .await
+            .map_err(Error::ApplyDeployment)?;
+        tracing::info!(deployment = %name, "applied Deployment");
+        Ok((Arc::new(applied), true))
     }
-    if !deployment::needs_apply(&desired, &observed) {
-        return Ok((observed, false));
-    }
-    // The uid makes the apply conditional on the object checked above: if it was replaced in
-    // between by someone else's, the apiserver refuses instead of taking it over.
-    let mut patch = desired;
-    patch.metadata.uid = observed.metadata.uid.clone();
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let applied = cached_api
-        .patch(name, &params, &Patch::Apply(&patch))
-        .await
-        .map_err(Error::ApplyDeployment)?;
-    tracing::info!(foo = %status::describe(foo), deployment = %name, "applied Deployment");
-    Ok((Arc::new(applied), true))
-}
 
-/// Deletes the Deployments this Foo controls under a name it no longer asks for.
-async fn remove_stale_deployments(
-    foo: &Foo,
-    ctx: &Context,
-    namespace: &str,
-    uid: &str,
-) -> Result<bool, Error> {
-    let mut removed = false;
-    for stale in ctx.owned.get(&uid.to_owned()) {
-        if stale.name == foo.spec.deployment_name || stale.namespace.as_deref() != Some(namespace) {
-            continue;
-        }
-        let Some(cached) = ctx.deployments.get(&stale) else {
-            continue;
-        };
-        if !deployment::is_controlled_by(&*cached, uid) {
-            continue;
-        }
-        let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
-        let params = DeleteParams {
-            // Only the object that was checked: never a same-named successor.
-            preconditions: Some(Preconditions {
-                uid: cached.uid(),
-                resource_version: None,
-            }),
-            propagation_policy: Some(PropagationPolicy::Background),
-            ..Default::default()
-        };
-        match api.delete(&stale.name, &params).await {
-            Ok(_) => {
-                tracing::info!(foo = %status::describe(foo), deployment = %stale.name, "deleted stale Deployment");
+    /// Deletes the Deployments this Foo controls under a name it no longer asks for.
+    async fn remove_stale_deployments(
+        &self,
+        foo: &K,
+        ctx: &Context<K>,
+        namespace: &str,
+        uid: &str,
+    ) -> Result<bool, Error> {
+        let mut removed = false;
+        for stale in self.owned.get(&uid.to_owned()) {
+            if stale.name == foo.spec().deployment_name || stale.namespace.as_deref() != Some(namespace) {
+                continue;
+            }
+            let Some(cached) = self.deployments.get(&stale) else {
+                continue;
+            };
+            if !children::is_controlled_by(&*cached, uid) {
+                continue;
+            }
+            let api: Api<Deployment> = Api::namespaced(ctx.client().clone(), namespace);
+            if children::delete(&api, &*cached)
+                .await
+                .map_err(Error::DeleteDeployment)?
+            {
+                tracing::info!(deployment = %stale.name, "deleted stale Deployment");
                 removed = true;
             }
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => return Err(Error::DeleteDeployment(e)),
         }
+        Ok(removed)
     }
-    Ok(removed)
 }
 
 /// Writes the status when it changed, with a Warning event when the Foo enters a failure.
-async fn update_status(foo: &Foo, ctx: &Context, observed: Observed<'_>) -> Result<(), Error> {
-    let new = status::desired(foo, observed);
-    if !status::differs(foo, &new) {
-        return Ok(());
-    }
-    let previous_reason = status::current_reason(foo);
-    let api: Api<Foo> = Api::namespaced(ctx.client.clone(), &foo.namespace().unwrap_or_default());
-    ctx.own_writes
-        .write_status(&api, foo, &new)
+async fn update_status<K: Kind>(foo: &K, ctx: &Context<K>, observed: Observed<'_>) -> Result<(), Error> {
+    ctx.update_status(foo, status::desired(foo, observed), transition_event)
         .await
         .map_err(Error::WriteStatus)?;
-
-    let ready = &new.conditions[0];
-    if previous_reason.as_deref() != Some(ready.reason.as_str()) {
-        let event_reason = match ready.reason.as_str() {
-            status::reason::RESOURCE_EXISTS => Some("ErrResourceExists"),
-            status::reason::INVALID_SPEC => Some("InvalidSpec"),
-            _ => None,
-        };
-        if let Some(event_reason) = event_reason {
-            ctx.events
-                .publish(
-                    foo.object_ref(&()),
-                    EventType::Warning,
-                    event_reason,
-                    ready.message.clone(),
-                    "Sync",
-                )
-                .await;
-        }
-    }
     Ok(())
+}
+
+/// The event of a Foo entering a `Ready` reason: the seed's `ErrResourceExists`, and invalid
+/// specs; recovering is reported by `Synced`.
+fn transition_event(ready: &Condition) -> Option<(EventType, &str)> {
+    match ready.reason.as_str() {
+        status::reason::RESOURCE_EXISTS => Some((EventType::Warning, "ErrResourceExists")),
+        status::reason::INVALID_SPEC => Some((EventType::Warning, "InvalidSpec")),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_the_variant_names_and_only_invalid_specs_are_terminal() {
+        let invalid = Error::InvalidSpec("spec.replicas: 11 is out of range".into());
+        assert_eq!(invalid.reason(), "InvalidSpec");
+        assert!(invalid.is_terminal());
+        let conflict = Error::ResourceExists("web".into());
+        assert_eq!(conflict.reason(), "ResourceExists");
+        assert!(!conflict.is_terminal());
+        assert_eq!(conflict.max_delay(), Duration::from_secs(30));
+        assert_eq!(Error::MissingObjectKey("uid").reason(), "MissingObjectKey");
+    }
 }

@@ -1,11 +1,10 @@
 //! The status a Foo should show. Pure: computed from the Foo and what was observed.
 
-use kube::ResourceExt;
-use sample_operator_api::{Foo, FooStatus};
+use sample_operator_api::{FooKind, FooStatus};
 
 use super::cached::CachedDeployment;
 use super::deployment::desired_replicas;
-use crate::conditions;
+use crate::runtime::status::Ready;
 
 /// Reasons of the `Ready` condition.
 pub mod reason {
@@ -13,10 +12,9 @@ pub mod reason {
     pub const AVAILABLE: &str = "Available";
     /// The Deployment is in place and still rolling out or scaling.
     pub const PROGRESSING: &str = "Progressing";
-    /// A Deployment of that name exists and this Foo does not control it.
-    pub const RESOURCE_EXISTS: &str = "ResourceExists";
-    /// The spec breaks a rule of the schema (stored before the rule existed).
-    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A Deployment of that name exists and this Foo does not control it; or the spec is
+    /// invalid.
+    pub use crate::runtime::status::reason::{INVALID_SPEC, RESOURCE_EXISTS};
 }
 
 /// What reconcile found, which decides the status.
@@ -29,10 +27,10 @@ pub enum Observed<'a> {
     Invalid(&'a str),
 }
 
-pub fn desired(foo: &Foo, observed: Observed<'_>) -> FooStatus {
-    let previous = foo.status.clone().unwrap_or_default();
-    let generation = foo.metadata.generation;
-    let name = &foo.spec.deployment_name;
+pub fn desired(foo: &impl FooKind, observed: Observed<'_>) -> FooStatus {
+    let previous = foo.status().cloned().unwrap_or_default();
+    let generation = foo.meta().generation;
+    let name = &foo.spec().deployment_name;
     let (available, ready, reason, message) = match observed {
         Observed::Deployment(deployment) => {
             let available = deployment
@@ -70,13 +68,12 @@ pub fn desired(foo: &Foo, observed: Observed<'_>) -> FooStatus {
     FooStatus {
         available_replicas: available,
         observed_generation: generation,
-        conditions: vec![conditions::ready(
-            ready,
+        conditions: Ready {
+            status: ready,
             reason,
             message,
-            generation,
-            &previous.conditions,
-        )],
+        }
+        .conditions(generation, &previous.conditions),
     }
 }
 
@@ -91,29 +88,12 @@ fn rolled_out(deployment: &CachedDeployment) -> bool {
     observed.is_some() && observed >= deployment.metadata.generation
 }
 
-/// Whether writing `new` would change anything; conditions compare without their timestamps.
-pub fn differs(foo: &Foo, new: &FooStatus) -> bool {
-    crate::conditions::status_differs(foo.status.as_ref(), new, |s| &mut s.conditions)
-}
-
-/// The reason of the current `Ready` condition.
-pub fn current_reason(foo: &Foo) -> Option<String> {
-    foo.status
-        .as_ref()
-        .and_then(|s| conditions::ready_reason(&s.conditions))
-        .map(str::to_owned)
-}
-
-/// Name of the Foo, for messages.
-pub fn describe(foo: &Foo) -> String {
-    format!("{}/{}", foo.namespace().unwrap_or_default(), foo.name_any())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::foo::cached;
-    use sample_operator_api::FooSpec;
+    use crate::runtime::status::status_differs;
+    use sample_operator_api::{Foo, FooSpec};
 
     fn foo(replicas: i32) -> Foo {
         let mut foo = Foo::new(
@@ -175,11 +155,11 @@ mod tests {
     fn an_unchanged_status_is_not_rewritten() {
         let mut f = foo(1);
         let first = desired(&f, Observed::Deployment(&deployment(1, 1, 1)));
-        assert!(differs(&f, &first));
+        assert!(status_differs(f.status.as_ref(), &first));
         f.status = Some(first);
         let again = desired(&f, Observed::Deployment(&deployment(1, 1, 1)));
-        assert!(!differs(&f, &again));
+        assert!(!status_differs(f.status.as_ref(), &again));
         let scaled = desired(&f, Observed::Deployment(&deployment(0, 2, 2)));
-        assert!(differs(&f, &scaled));
+        assert!(status_differs(f.status.as_ref(), &scaled));
     }
 }

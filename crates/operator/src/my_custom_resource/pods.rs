@@ -7,25 +7,18 @@
 //! Pods the cluster runs. Whole Pods are cached only when a measurement asks for them
 //! ([`PodWatch::Full`]), to show what the metadata-only watch saves.
 
-use std::fmt::Debug;
-use std::sync::Arc;
-
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::Api;
 use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
-use tokio::sync::watch;
 
-use super::mark_ready;
 use super::status::Friend;
-use crate::Shared;
-use crate::metrics::Metrics;
+use crate::runtime::watch::no_index;
+use crate::runtime::{Shared, Synced};
 
 /// Where a Pod is: (namespace, name), the key of the index of resources by the Pod they name.
 pub type PodKey = (String, String);
@@ -46,14 +39,7 @@ pub enum PodWatch {
 
 /// The cached Pods of the watched namespaces.
 #[derive(Clone)]
-pub struct PodCache {
-    store: PodStore,
-    /// True once the first list of Pods is in the store.
-    listed: watch::Receiver<bool>,
-}
-
-#[derive(Clone)]
-enum PodStore {
+pub enum PodCache {
     Metadata(Store<PartialObjectMeta<Pod>>),
     /// Only with [`PodWatch::Full`].
     Full(Store<Pod>),
@@ -62,71 +48,63 @@ enum PodStore {
 impl PodCache {
     /// What the cache says about the Pod `name` in `namespace`; no API request.
     pub fn friend(&self, namespace: &str, name: &str) -> Friend {
-        match &self.store {
-            PodStore::Metadata(store) => {
+        match self {
+            PodCache::Metadata(store) => {
                 let pod = store.get(&ObjectRef::new(name).within(namespace));
                 Friend::from_metadata(pod.as_deref().map(|p| &p.metadata))
             }
-            PodStore::Full(store) => {
+            PodCache::Full(store) => {
                 let pod = store.get(&ObjectRef::new(name).within(namespace));
                 Friend::from_metadata(pod.as_deref().map(|p| &p.metadata))
             }
         }
     }
-
-    /// Completes once the first list of Pods is in the cache (true), or when the watch is gone
-    /// (false). Before the first list every Pod would look missing, and a healthy resource
-    /// would be marked unhealthy for a moment.
-    ///
-    /// Any number of reconciles may wait at once. (kube's `Store::wait_until_ready` wakes only
-    /// one of several concurrent waiters: its readiness is a single oneshot receiver, which
-    /// keeps the waker of whoever polled it last. The others would wait forever.)
-    pub async fn wait_until_ready(&self) -> bool {
-        self.listed.clone().wait_for(|listed| *listed).await.is_ok()
-    }
 }
 
-/// Watches the Pods of the watched namespaces into a new cache, as `how` says. Returns the cache
-/// and the stream of changed Pods (deleted ones included), to be mapped to the resources that
-/// name them.
-pub fn cache_and_events(shared: &Shared, how: PodWatch) -> (PodCache, BoxStream<'static, PodEvent>) {
-    let (listed_tx, listed) = watch::channel(false);
+/// The Pod watch: its cache, and the changed Pods (deleted ones included), to be mapped to the
+/// resources that name them.
+pub struct Pods {
+    pub cache: PodCache,
+    pub synced: Synced,
+    pub events: BoxStream<'static, PodEvent>,
+}
+
+/// Watches the Pods of the watched namespaces into a new cache, as `how` says.
+pub fn cache(shared: &Shared, how: PodWatch) -> Pods {
     match how {
         PodWatch::Metadata => {
-            let (store, events) = reflect(shared.api::<PartialObjectMeta<Pod>>(), &shared.metrics, listed_tx);
-            let store = PodStore::Metadata(store);
-            (PodCache { store, listed }, events.boxed())
+            let pods = shared.watch_cache(
+                shared.api::<PartialObjectMeta<Pod>>(),
+                "pods",
+                watcher::Config::default(),
+                |pod: &mut PartialObjectMeta<Pod>| trim(pod.meta_mut()),
+                no_index,
+            );
+            Pods {
+                cache: PodCache::Metadata(pods.store),
+                synced: pods.synced,
+                events: pods.events,
+            }
         }
         PodWatch::Full => {
-            let (store, events) = reflect(shared.api::<Pod>(), &shared.metrics, listed_tx);
-            // The cache keeps the whole Pods; the mapper needs only their metadata.
-            let events = events.map_ok(|pod| pod.metadata.into_response_partial::<Pod>());
-            let store = PodStore::Full(store);
-            (PodCache { store, listed }, events.boxed())
+            let pods = shared.watch_cache(
+                shared.api::<Pod>(),
+                "pods",
+                watcher::Config::default(),
+                |pod: &mut Pod| trim(pod.meta_mut()),
+                no_index,
+            );
+            Pods {
+                cache: PodCache::Full(pods.store),
+                synced: pods.synced,
+                // The cache keeps the whole Pods; the mapper needs only their metadata.
+                events: pods
+                    .events
+                    .map_ok(|pod| pod.metadata.into_response_partial::<Pod>())
+                    .boxed(),
+            }
         }
     }
-}
-
-fn reflect<P>(
-    api: Api<P>,
-    metrics: &Arc<Metrics>,
-    listed: watch::Sender<bool>,
-) -> (
-    Store<P>,
-    impl Stream<Item = Result<P, watcher::Error>> + Send + 'static,
-)
-where
-    P: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store();
-    let events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .inspect(metrics.watch_observer("pods"))
-        .modify(|pod| trim(pod.meta_mut()))
-        .reflect(writer)
-        .inspect_ok(mark_ready(listed))
-        .touched_objects();
-    (store, events)
 }
 
 /// The index key of a Pod.
@@ -154,8 +132,8 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
+    use kube::runtime::reflector;
     use kube::runtime::watcher::Event;
-    use std::time::Duration;
 
     #[test]
     fn trimming_keeps_identity_and_the_deletion_mark() {
@@ -189,22 +167,10 @@ mod tests {
         .into_response_partial()
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn every_waiter_wakes_when_the_first_list_is_in() {
+    #[test]
+    fn a_friend_is_found_terminating_or_missing_in_its_own_namespace() {
         let (store, mut writer) = reflector::store();
-        let (listed_tx, listed) = watch::channel(false);
-        let cache = PodCache {
-            store: PodStore::Metadata(store),
-            listed,
-        };
-        let waiters: Vec<_> = (0..4)
-            .map(|_| {
-                let cache = cache.clone();
-                tokio::spawn(async move { cache.wait_until_ready().await })
-            })
-            .collect();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let mut mark = mark_ready(listed_tx);
+        let cache = PodCache::Metadata(store);
         for event in [
             Event::Init,
             Event::InitApply(pod("funny-joe", false)),
@@ -212,14 +178,6 @@ mod tests {
             Event::InitDone,
         ] {
             writer.apply_watcher_event(&event);
-            mark(&event);
-        }
-        for waiter in waiters {
-            let ready = tokio::time::timeout(Duration::from_secs(5), waiter)
-                .await
-                .expect("every waiter wakes")
-                .expect("the waiter does not panic");
-            assert!(ready);
         }
         assert_eq!(cache.friend("default", "funny-joe"), Friend::Found);
         assert_eq!(cache.friend("default", "leaving"), Friend::Terminating);

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use sample_operator_api::{MyCustomResource, MyCustomResourceStatus};
 
-use crate::conditions;
+use crate::runtime::status::Ready;
 
 /// Reasons of the `Ready` condition.
 pub mod reason {
@@ -63,31 +63,19 @@ pub fn desired(mcr: &MyCustomResource, friend: Friend) -> MyCustomResourceStatus
     MyCustomResourceStatus {
         healthy,
         observed_generation: generation,
-        conditions: vec![conditions::ready(healthy, reason, message, generation, previous)],
+        conditions: Ready {
+            status: healthy,
+            reason,
+            message,
+        }
+        .conditions(generation, previous),
     }
-}
-
-/// Whether writing `new` would change anything; conditions compare without their timestamps,
-/// which [`conditions::ready`] keeps while the state holds.
-pub fn differs(mcr: &MyCustomResource, new: &MyCustomResourceStatus) -> bool {
-    crate::conditions::status_differs(mcr.status.as_ref(), new, |s| &mut s.conditions)
-}
-
-/// The reason of the current `Ready` condition.
-pub fn current_reason(mcr: &MyCustomResource) -> Option<&str> {
-    mcr.status
-        .as_ref()
-        .and_then(|s| conditions::ready_reason(&s.conditions))
-}
-
-/// Name of the resource, for messages.
-pub fn describe(mcr: &MyCustomResource) -> String {
-    format!("{}/{}", mcr.namespace().unwrap_or_default(), mcr.name_any())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::status::status_differs;
     use sample_operator_api::MyCustomResourceSpec;
 
     fn mcr(pod: &str, generation: i64) -> MyCustomResource {
@@ -142,18 +130,21 @@ mod tests {
     fn an_unchanged_status_is_not_rewritten() {
         let mut m = mcr("funny-joe", 1);
         let first = desired(&m, Friend::Missing);
-        assert!(differs(&m, &first));
+        assert!(status_differs(m.status.as_ref(), &first));
         m.status = Some(first.clone());
         std::thread::sleep(std::time::Duration::from_millis(2));
         let again = desired(&m, Friend::Missing);
-        assert!(!differs(&m, &again));
+        assert!(!status_differs(m.status.as_ref(), &again));
         assert_eq!(
             again.conditions[0].last_transition_time,
             first.conditions[0].last_transition_time
         );
-        assert!(differs(&m, &desired(&m, Friend::Found)));
+        assert!(status_differs(m.status.as_ref(), &desired(&m, Friend::Found)));
         // Same reason, new message: still a change worth writing.
-        assert!(differs(&m, &desired(&m, Friend::Terminating)));
+        assert!(status_differs(
+            m.status.as_ref(),
+            &desired(&m, Friend::Terminating)
+        ));
     }
 
     #[test]
@@ -162,7 +153,7 @@ mod tests {
         m.status = Some(desired(&m, Friend::Found));
         m.metadata.generation = Some(2);
         let new = desired(&m, Friend::Found);
-        assert!(differs(&m, &new));
+        assert!(status_differs(m.status.as_ref(), &new));
         assert_eq!(new.observed_generation, Some(2));
     }
 }

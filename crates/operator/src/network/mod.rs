@@ -9,7 +9,7 @@
 //! pipeline:
 //!
 //! 1. **validate** the spec with [`Network::validate`] (objects stored before the schema had a
-//!    rule get a condition and an event, then wait for a change instead of retrying);
+//!    rule get a condition and an event, then wait for a change: a terminal error);
 //! 2. **check for conflicts** with the older Networks of the namespace ([`conflicts`], an index
 //!    kept from the Network watch): a newer overlapping Network is refused, and it is not in
 //!    the backend;
@@ -28,19 +28,16 @@ pub mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{self, finalizer};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
-use kube::{Resource, ResourceExt};
+use kube::runtime::{Predicate, predicates, watcher};
 use sample_operator_api::Network;
 
-use crate::backoff::Backoff;
-use crate::own_writes::OwnWrites;
-use crate::{Shared, events};
+use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Wiring};
 use backend::multus::{self, Multus, NetworkAttachmentDefinition};
 use backend::{BackendError, NetworkBackend};
 use conflicts::PrefixIndex;
@@ -53,38 +50,37 @@ const CONTROLLER: &str = "network";
 pub const FINALIZER: &str = "samplecrd.k8s.io/network-backend";
 
 /// What can go wrong in a Network reconcile. The reasons name the failure in logs and
-/// metrics; every one of them is retried with per-object backoff.
-#[derive(Debug, thiserror::Error)]
+/// metrics; every one but `InvalidSpec` is retried with per-object backoff.
+#[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
 pub enum Error {
     #[error("the Network has no {0}")]
     MissingObjectKey(&'static str),
-    #[error(transparent)]
-    Backend(#[from] BackendError),
-    #[error("writing status: {0}")]
-    WriteStatus(#[source] kube::Error),
     #[error("adding the finalizer: {0}")]
     AddFinalizer(#[source] kube::Error),
     #[error("removing the finalizer: {0}")]
     RemoveFinalizer(#[source] kube::Error),
     #[error("the finalizer name {FINALIZER:?} is not a valid JSON pointer segment")]
     InvalidFinalizer,
+    #[error("{0}")]
+    InvalidSpec(String),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("writing status: {0}")]
+    WriteStatus(#[source] kube::Error),
 }
 
-impl Error {
-    /// A short, stable name of the failure, for logs and metrics.
-    pub fn reason(&self) -> &'static str {
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
         match self {
-            Error::MissingObjectKey(_) => "MissingObjectKey",
             Error::Backend(e) => e.reason(),
-            Error::WriteStatus(_) => "WriteStatus",
-            Error::AddFinalizer(_) => "AddFinalizer",
-            Error::RemoveFinalizer(_) => "RemoveFinalizer",
-            Error::InvalidFinalizer => "InvalidFinalizer",
+            other => other.into(),
         }
     }
 
-    /// Failures that no watch event ends are noticed to be over only by retrying: keep those
-    /// retries close together.
+    fn is_terminal(&self) -> bool {
+        matches!(self, Error::InvalidSpec(_))
+    }
+
     fn max_delay(&self) -> Duration {
         match self {
             // Installing the CRD changes nothing the controller watches (its own watch of the
@@ -109,235 +105,165 @@ impl From<finalizer::Error<Error>> for Error {
     }
 }
 
-/// What every Network reconcile shares.
-pub struct Context<B> {
-    client: kube::Client,
-    metrics: Arc<crate::metrics::Metrics>,
-    events: events::Events,
-    /// Every watched Network; reconciles wait for its first list (see [`reconcile`]).
-    networks: Store<Network>,
+/// The Network domain, on backend `B`.
+pub struct NetworkReconciler<B> {
     conflicts: PrefixIndex,
     backend: B,
-    /// Status writes the cache has not caught up with.
-    own_writes: OwnWrites<Network>,
-    backoff: Backoff<ObjectRef<Network>>,
 }
 
-/// Runs the Network controller until `shutdown` completes.
-pub async fn run(shared: Shared, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    run_selected(shared, watcher::Config::default(), shutdown).await
+/// The controller of every Network in the watched namespaces, on the Multus backend.
+pub fn wiring(shared: &Shared) -> Wiring<NetworkReconciler<Multus>> {
+    wiring_selected(shared, watcher::Config::default())
 }
 
-/// [`run`] for the Networks that `selection` selects (by label or field) among the watched
+/// [`wiring`] for the Networks that `selection` selects (by label or field) among the watched
 /// namespaces. Tests use it to run across all namespaces on their own Networks only.
-pub async fn run_selected(
-    shared: Shared,
-    selection: watcher::Config,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
-    let (network_store, network_writer) = reflector::store();
-    let own_writes = OwnWrites::default();
-    let seen = own_writes.clone();
+pub fn wiring_selected(shared: &Shared, selection: watcher::Config) -> Wiring<NetworkReconciler<Multus>> {
     let conflicts = PrefixIndex::default();
     // The Networks whose conflict decision a watch event may have changed: the index finds
     // them as it follows the stream, and the controller reconciles them.
     let (neighbours_tx, neighbours) = futures::channel::mpsc::unbounded();
     let index = conflicts.clone();
-    let network_events = watcher(shared.api::<Network>(), selection)
-        .default_backoff()
-        .inspect(shared.metrics.watch_observer("networks"))
-        .modify(|network| network.managed_fields_mut().clear())
-        .inspect_ok(move |event| {
+    let networks = shared.watch_primary::<Network>(
+        selection,
+        // Our own status writes change neither. The finalizer is added without a new
+        // generation, and the reconcile after it does the first sync.
+        predicates::generation.combine(predicates::finalizers),
+        move |event| {
             for neighbour in index.apply(event) {
                 // Fails only once the controller, and with it the receiver, is gone.
                 let _ = neighbours_tx.unbounded_send(neighbour);
             }
-        })
-        .reflect(network_writer)
-        .inspect_ok(move |event| seen.observe(event))
-        .applied_objects()
-        // Our own status writes change neither: they need no reconcile. The finalizer is
-        // added without a new generation, and the reconcile after it does the first sync.
-        .predicate_filter(
-            predicates::generation.combine(predicates::finalizers),
-            Default::default(),
-        );
-
-    let (nad_store, nad_writer) = reflector::store();
-    let nad_events = watcher(
-        shared.api::<NetworkAttachmentDefinition>(),
-        watcher::Config::default().labels(&multus::selector()),
-    )
-    // While the CRD is missing this fails and retries with backoff; the controller goes on.
-    .default_backoff()
-    .inspect(shared.metrics.watch_observer("network-attachment-definitions"))
-    .modify(|nad| nad.managed_fields_mut().clear())
-    .reflect(nad_writer)
-    .touched_objects();
-
-    let context = Arc::new(Context {
-        client: shared.client.clone(),
-        metrics: shared.metrics.clone(),
-        events: shared.events.clone(),
-        networks: network_store.clone(),
-        conflicts,
-        backend: Multus::new(shared.client.clone(), nad_store),
-        own_writes,
-        backoff: Backoff::default(),
-    });
-    // Ready once the Networks are listed. Not waiting for the definitions: their cache never
-    // fills while Multus is missing, and the controller works (and reports) without it.
-    let health = shared.health.clone();
-    let networks_synced = network_store.clone();
-    tokio::spawn(async move {
-        crate::store_ready(&networks_synced).await;
-        health.synced(CONTROLLER);
-    });
-    let controller = shared.with_resync(
-        Controller::for_stream(network_events, network_store)
-            .owns_stream(nad_events)
-            .reconcile_on(neighbours)
-            .with_config(shared.controller_config()),
+        },
     );
-    controller
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "network controller");
+    // While the CRD is missing this watch fails and retries with backoff; the controller goes on.
+    let definitions = shared.watch_cache(
+        shared.api::<NetworkAttachmentDefinition>(),
+        "network-attachment-definitions",
+        watcher::Config::default().labels(&multus::selector()),
+        |nad: &mut NetworkAttachmentDefinition| nad.managed_fields_mut().clear(),
+        crate::runtime::watch::no_index,
+    );
+    Wiring {
+        name: CONTROLLER,
+        controller: Controller::for_stream(networks.events, networks.store)
+            .owns_stream(definitions.events)
+            .reconcile_on(neighbours),
+        reconciler: NetworkReconciler {
+            conflicts,
+            backend: Multus::new(shared.client.clone(), definitions.store, definitions.synced),
+        },
+        own_writes: networks.own_writes,
+        // Until every Network is listed, an older overlapping one could be missing from the
+        // index, and a newer Network would be synced only to be refused a moment later. Not
+        // waiting for the definitions: their cache never fills while Multus is missing, and the
+        // controller works (and reports) without it.
+        caches: vec![networks.synced],
+    }
+}
+
+/// Runs the Network controller on the Networks `selection` selects until `shutdown` completes.
+pub async fn run_selected(
+    shared: Shared,
+    selection: watcher::Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    crate::runtime::run(&shared, wiring_selected(&shared, selection), shutdown).await
+}
+
+impl<B: NetworkBackend> Reconciler for NetworkReconciler<B> {
+    type Object = Network;
+    type Error = Error;
+
+    /// Adds the finalizer to a new Network, applies a live one, cleans up a deleted one and then
+    /// lets it go.
+    async fn reconcile(&self, network: Arc<Network>, ctx: &Context<Network>) -> Result<Action, Error> {
+        let namespace = network.namespace().ok_or(Error::MissingObjectKey("namespace"))?;
+        let api: Api<Network> = Api::namespaced(ctx.client().clone(), &namespace);
+        finalizer(&api, FINALIZER, network, |event| async move {
+            match event {
+                finalizer::Event::Apply(network) => self.apply(&network, ctx).await,
+                finalizer::Event::Cleanup(network) => self.cleanup(&network).await,
             }
         })
-        .await;
-}
-
-async fn reconcile<B: NetworkBackend>(network: Arc<Network>, ctx: Arc<Context<B>>) -> Result<Action, Error> {
-    // Until every Network is listed, an older overlapping one could be missing from the index
-    // and a newer Network would be synced, only to be refused a moment later.
-    crate::store_ready(&ctx.networks).await;
-    let network = ctx.own_writes.latest(network);
-    let timer = ctx.metrics.reconcile(CONTROLLER);
-    let result = with_finalizer(network.clone(), &ctx).await;
-    timer.finish(result.as_ref().map(|_| ()).map_err(Error::reason));
-    if result.is_ok() {
-        ctx.backoff.reset(&ObjectRef::from_obj(&*network));
-        ctx.metrics.set_awaiting_retry(CONTROLLER, ctx.backoff.len());
+        .await
+        .map_err(Error::from)
     }
-    result
 }
 
-fn error_policy<B: NetworkBackend>(network: Arc<Network>, error: &Error, ctx: Arc<Context<B>>) -> Action {
-    let delay = ctx
-        .backoff
-        .next_delay(ObjectRef::from_obj(&*network))
-        .min(error.max_delay());
-    ctx.metrics.set_awaiting_retry(CONTROLLER, ctx.backoff.len());
-    tracing::warn!(network = %status::describe(&network), reason = error.reason(), %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
-}
+impl<B: NetworkBackend> NetworkReconciler<B> {
+    /// The apply pipeline; see the module docs.
+    async fn apply(&self, network: &Network, ctx: &Context<Network>) -> Result<Action, Error> {
+        let addressing = match network.validate() {
+            Ok(addressing) => addressing,
+            Err(message) => {
+                // An invalid spec describes no network: none stays in the backend.
+                self.release(network).await?;
+                update_status(network, ctx, Observed::Invalid(&message)).await?;
+                return Err(Error::InvalidSpec(message));
+            }
+        };
 
-/// Adds the finalizer to a new Network, applies a live one, cleans up a deleted one and then
-/// lets it go.
-async fn with_finalizer<B: NetworkBackend>(network: Arc<Network>, ctx: &Context<B>) -> Result<Action, Error> {
-    let namespace = network.namespace().ok_or(Error::MissingObjectKey("namespace"))?;
-    let api: Api<Network> = Api::namespaced(ctx.client.clone(), &namespace);
-    finalizer(&api, FINALIZER, network, |event| async move {
-        match event {
-            finalizer::Event::Apply(network) => apply(&network, ctx).await,
-            finalizer::Event::Cleanup(network) => cleanup(&network, ctx).await,
-        }
-    })
-    .await
-    .map_err(Error::from)
-}
-
-/// The apply pipeline; see the module docs.
-async fn apply<B: NetworkBackend>(network: &Network, ctx: &Context<B>) -> Result<Action, Error> {
-    let addressing = match network.validate() {
-        Ok(addressing) => addressing,
-        Err(message) => {
-            // An invalid spec describes no network: none stays in the backend.
-            release(network, ctx).await?;
-            update_status(network, ctx, Observed::Invalid(&message)).await?;
-            // Retrying cannot fix a spec; the next change to it triggers a reconcile.
+        if let Some(overlap) = self.conflicts.winner_over(network, &addressing.prefix) {
+            self.release(network).await?;
+            update_status(network, ctx, Observed::Conflict(&addressing, &overlap)).await?;
+            // No retry: a change of the other Network reaches this one through the index.
             return Ok(Action::await_change());
         }
-    };
 
-    if let Some(overlap) = ctx.conflicts.winner_over(network, &addressing.prefix) {
-        release(network, ctx).await?;
-        update_status(network, ctx, Observed::Conflict(&addressing, &overlap)).await?;
-        // No retry: a change of the other Network reaches this one through the index.
-        return Ok(Action::await_change());
-    }
-
-    match ctx.backend.ensure(network, &addressing).await {
-        Ok(ensured) => {
-            update_status(network, ctx, Observed::Synced(&addressing, &ensured)).await?;
-            if ensured.changed {
-                tracing::info!(network = %status::describe(network), backend = %ensured.description, "synced");
-                ctx.events
-                    .publish(
-                        network.object_ref(&()),
+        match self.backend.ensure(network, &addressing).await {
+            Ok(ensured) => {
+                update_status(network, ctx, Observed::Synced(&addressing, &ensured)).await?;
+                if ensured.changed {
+                    tracing::info!(backend = %ensured.description, "synced");
+                    ctx.publish(
+                        network,
                         EventType::Normal,
                         status::reason::SYNCED,
                         "Network synced successfully".into(),
-                        "Sync",
                     )
                     .await;
+                }
+                Ok(Action::await_change())
             }
-            Ok(Action::await_change())
-        }
-        Err(error) => {
-            update_status(network, ctx, Observed::BackendFailed(&addressing, &error)).await?;
-            Err(error.into())
+            Err(error) => {
+                update_status(network, ctx, Observed::BackendFailed(&addressing, &error)).await?;
+                Err(error.into())
+            }
         }
     }
-}
 
-/// Takes a Network that must not be in the backend (invalid, or refused) out of it.
-async fn release<B: NetworkBackend>(network: &Network, ctx: &Context<B>) -> Result<(), Error> {
-    if ctx.backend.remove(network).await? {
-        tracing::info!(network = %status::describe(network), "removed from the backend");
+    /// Takes a Network that must not be in the backend (invalid, or refused) out of it.
+    async fn release(&self, network: &Network) -> Result<(), Error> {
+        if self.backend.remove(network).await? {
+            tracing::info!("removed from the backend");
+        }
+        Ok(())
     }
-    Ok(())
-}
 
-/// The finalizer's cleanup: the backend lets go of a deleted Network. Idempotent, and content
-/// with a backend that never had it.
-async fn cleanup<B: NetworkBackend>(network: &Network, ctx: &Context<B>) -> Result<Action, Error> {
-    let removed = ctx.backend.remove(network).await?;
-    tracing::info!(network = %status::describe(network), removed, "cleaned up the deleted Network");
-    Ok(Action::await_change())
+    /// The finalizer's cleanup: the backend lets go of a deleted Network. Idempotent, and
+    /// content with a backend that never had it.
+    async fn cleanup(&self, network: &Network) -> Result<Action, Error> {
+        let removed = self.backend.remove(network).await?;
+        tracing::info!(removed, "cleaned up the deleted Network");
+        Ok(Action::await_change())
+    }
 }
 
 /// Writes the status when it changed, with a Warning event when the Network enters a failure.
-async fn update_status<B>(network: &Network, ctx: &Context<B>, observed: Observed<'_>) -> Result<(), Error> {
-    let new = status::desired(network, observed);
-    if !status::differs(network, &new) {
-        return Ok(());
-    }
-    let previous_reason = status::current_reason(network);
-    let namespace = network.namespace().ok_or(Error::MissingObjectKey("namespace"))?;
-    let api: Api<Network> = Api::namespaced(ctx.client.clone(), &namespace);
-    ctx.own_writes
-        .write_status(&api, network, &new)
+async fn update_status(
+    network: &Network,
+    ctx: &Context<Network>,
+    observed: Observed<'_>,
+) -> Result<(), Error> {
+    ctx.update_status(network, status::desired(network, observed), transition_event)
         .await
         .map_err(Error::WriteStatus)?;
-
-    let Some(ready) = new.conditions.first() else {
-        return Ok(());
-    };
-    let entered = previous_reason.as_deref() != Some(ready.reason.as_str());
-    if entered && ready.reason != status::reason::SYNCED {
-        ctx.events
-            .publish(
-                network.object_ref(&()),
-                EventType::Warning,
-                &ready.reason,
-                ready.message.clone(),
-                "Sync",
-            )
-            .await;
-    }
     Ok(())
+}
+
+/// Entering any `Ready` reason but `Synced` is worth a Warning of that reason; a sync that
+/// changed something is reported by its own `Synced` event.
+fn transition_event(ready: &Condition) -> Option<(EventType, &str)> {
+    (ready.reason != status::reason::SYNCED).then_some((EventType::Warning, ready.reason.as_str()))
 }

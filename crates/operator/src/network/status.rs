@@ -1,25 +1,23 @@
 //! The status a Network should show. Pure: computed from the Network and what reconcile found.
 
-use kube::ResourceExt;
 use sample_operator_api::{Addressing, Network, NetworkStatus};
 
 use super::backend::{BackendError, Ensured};
 use super::conflicts::Overlap;
-use crate::conditions;
+use crate::runtime::status::Ready;
 
 /// Reasons of the `Ready` condition. Every one but [`SYNCED`](reason::SYNCED) is also the
 /// reason of the Warning event sent when a Network enters it.
 pub mod reason {
     /// The network is in the backend as the spec says.
     pub const SYNCED: &str = "Synced";
-    /// The spec breaks a rule of the schema (stored before the rule existed).
-    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The spec is invalid; or the backend holds an object of the Network's name that the
+    /// Network does not own.
+    pub use crate::runtime::status::reason::{INVALID_SPEC, RESOURCE_EXISTS};
     /// An older Network of the namespace has an overlapping prefix.
     pub const CIDR_CONFLICT: &str = "CIDRConflict";
     /// The backend is not there (for Multus: its CRD is not installed).
     pub const BACKEND_UNAVAILABLE: &str = "BackendUnavailable";
-    /// The backend holds an object of the Network's name that the Network does not own.
-    pub const RESOURCE_EXISTS: &str = "ResourceExists";
     /// Any other failure of the backend; retried.
     pub const BACKEND_ERROR: &str = "BackendError";
 }
@@ -74,13 +72,12 @@ pub fn desired(network: &Network, observed: Observed<'_>) -> NetworkStatus {
         family: addressing.map(|a| a.prefix.family()),
         usable_addresses: addressing.map(|a| a.prefix.usable_addresses().to_string()),
         backend,
-        conditions: vec![conditions::ready(
-            ready,
+        conditions: Ready {
+            status: ready,
             reason,
             message,
-            generation,
-            &previous.conditions,
-        )],
+        }
+        .conditions(generation, &previous.conditions),
     }
 }
 
@@ -92,32 +89,10 @@ pub fn conflict_message(addressing: &Addressing, overlap: &Overlap) -> String {
     )
 }
 
-/// Whether writing `new` would change anything; conditions compare without their timestamps.
-pub fn differs(network: &Network, new: &NetworkStatus) -> bool {
-    crate::conditions::status_differs(network.status.as_ref(), new, |s| &mut s.conditions)
-}
-
-/// The reason of the current `Ready` condition.
-pub fn current_reason(network: &Network) -> Option<String> {
-    network
-        .status
-        .as_ref()
-        .and_then(|s| conditions::ready_reason(&s.conditions))
-        .map(str::to_owned)
-}
-
-/// Name of the Network, for messages.
-pub fn describe(network: &Network) -> String {
-    format!(
-        "{}/{}",
-        network.namespace().unwrap_or_default(),
-        network.name_any()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::status::status_differs;
     use sample_operator_api::ip::{IpFamily, IpPrefix};
     use sample_operator_api::{BackendReference, NetworkSpec};
 
@@ -224,14 +199,20 @@ mod tests {
         let mut n = network("10.0.0.0/24", "10.0.0.1");
         let addressing = n.validate().unwrap();
         let first = desired(&n, Observed::Synced(&addressing, &synced(true)));
-        assert!(differs(&n, &first));
+        assert!(status_differs(n.status.as_ref(), &first));
         n.status = Some(first);
         std::thread::sleep(std::time::Duration::from_millis(2));
         let again = desired(&n, Observed::Synced(&addressing, &synced(false)));
-        assert!(!differs(&n, &again));
+        assert!(!status_differs(n.status.as_ref(), &again));
         n.metadata.generation = Some(4);
         let next = desired(&n, Observed::Synced(&addressing, &synced(false)));
-        assert!(differs(&n, &next), "a new generation is news");
-        assert_eq!(current_reason(&n).as_deref(), Some(reason::SYNCED));
+        assert!(
+            status_differs(n.status.as_ref(), &next),
+            "a new generation is news"
+        );
+        assert_eq!(
+            crate::runtime::status::ready_reason(&n.status.as_ref().unwrap().conditions),
+            Some(reason::SYNCED)
+        );
     }
 }

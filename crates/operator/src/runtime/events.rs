@@ -21,7 +21,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::metrics::Metrics;
+use super::metrics::Metrics;
 
 /// Events waiting to be published, at most. client-go's broadcaster keeps 1,000.
 const QUEUE: usize = 4096;

@@ -4,17 +4,25 @@
 //! the lease stops its controllers at once (aborted, not drained: another replica may already be
 //! writing) and the process ends, to come back as a standby. On SIGTERM the holder drains its
 //! reconciles, then releases the lease, so a standby takes over without waiting for expiry.
+//!
+//! A holder that cannot renew (the apiserver unreachable for it, its RBAC on Leases revoked) is
+//! not told so by kube-lease-manager, which logs the error and keeps retrying while still saying
+//! "leader". So the holder keeps its own deadline, as client-go's `RenewDeadline` does: from the
+//! last renewal it saw land (in a watch of the Lease), the lease is valid for `duration`; the
+//! holder stops its controllers `grace / 2` before that, and a standby takes over only after it.
 
 use std::hash::{BuildHasher, RandomState};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::watch_object;
 use kube::{Api, Client};
 use kube_lease_manager::LeaseManagerBuilder;
 
-use crate::{RunConfig, Telemetry};
+use super::Telemetry;
+use crate::RunConfig;
 
 /// Where the lease is and how long it lasts.
 #[derive(Clone, Debug)]
@@ -34,6 +42,8 @@ pub enum Outcome {
     Stopped,
     /// Another replica took the lease while this one held it.
     LostLease,
+    /// No renewal landed in time: another replica may take the lease at any moment.
+    RenewalsFailed,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +88,7 @@ pub async fn run_elected(
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let health = telemetry.health.clone();
     let metrics = telemetry.metrics.clone();
+    let renewals_stop = renewals_stop(client.clone(), lease.clone(), identity.clone());
     let mut controllers = tokio::spawn(crate::run_with(client, config, telemetry, async move {
         let _ = stopped.await;
     }));
@@ -91,17 +102,66 @@ pub async fn run_elected(
             }
             Outcome::Stopped
         }
-        _ = is_leader.wait_for(|leader| !*leader) => {
+        // (The guard `wait_for` returns is not Send: drop it inside.)
+        () = async { drop(is_leader.wait_for(|leader| !*leader).await) } => {
             // Someone else may be writing already: stop now, without draining.
             controllers.abort();
             tracing::error!(%identity, "lost the leader lease: stopped the controllers");
             Outcome::LostLease
         }
+        () = renewals_stop => {
+            // Before the lease expires, so that no standby writes while we still do.
+            controllers.abort();
+            tracing::error!(%identity, "could not renew the leader lease in time: stopped the controllers");
+            Outcome::RenewalsFailed
+        }
     };
     health.stopped();
     metrics.set_leader(false);
-    release(is_leader, lease_task).await;
+    if outcome == Outcome::RenewalsFailed {
+        // Releasing would patch the Lease from a state that may be stale by now: let it expire.
+        drop(is_leader);
+        lease_task.abort();
+    } else {
+        release(is_leader, lease_task).await;
+    }
     Ok(outcome)
+}
+
+/// Completes when this holder can no longer be sure it holds the lease: its last renewal seen
+/// to land (or the acquisition, just before this is called) is older than `duration - grace/2`.
+/// The renewal is due `grace` before expiry, so a healthy holder sees it with `grace/2` to
+/// spare.
+async fn renewals_stop(client: Client, lease: LeaseConfig, identity: String) {
+    let valid_for = lease.duration.saturating_sub(lease.grace / 2);
+    let mut deadline = SystemTime::now() + valid_for;
+    let leases: Api<Lease> = Api::namespaced(client, &lease.namespace);
+    // Backoff: while renewals fail, so does this watch, and it must not retry in a hot loop.
+    let mut renewals = std::pin::pin!(watch_object(leases, &lease.name).default_backoff());
+    loop {
+        let left = deadline.duration_since(SystemTime::now()).unwrap_or_default();
+        tokio::select! {
+            () = tokio::time::sleep(left) => {
+                if SystemTime::now() >= deadline {
+                    return;
+                }
+            }
+            Some(event) = renewals.next() => {
+                if let Some(renewed) = event.ok().flatten().and_then(|l| renewed_by(l, &identity)) {
+                    deadline = deadline.max(renewed + valid_for);
+                }
+            }
+        }
+    }
+}
+
+/// When `lease` was last renewed, if `identity` holds it. kube-lease-manager writes the renew
+/// time from this process's clock, so it compares with this clock without skew.
+fn renewed_by(lease: Lease, identity: &str) -> Option<SystemTime> {
+    let spec = lease.spec?;
+    (spec.holder_identity.as_deref() == Some(identity))
+        .then_some(spec.renew_time?)
+        .map(|t| SystemTime::from(t.0))
 }
 
 type LeaseTask = tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>;
@@ -118,7 +178,7 @@ async fn acquire(
     shutdown: &mut std::pin::Pin<&mut (impl Future<Output = ()> + Send)>,
 ) -> Result<Option<(tokio::sync::watch::Receiver<bool>, LeaseTask)>, Error> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), &lease.namespace);
-    let mut lease_events = std::pin::pin!(watch_object(leases, &lease.name));
+    let mut lease_events = std::pin::pin!(watch_object(leases, &lease.name).default_backoff());
     let mut last_holder: Option<String> = None;
     loop {
         let manager = LeaseManagerBuilder::new(client.clone(), &lease.name)
@@ -126,7 +186,7 @@ async fn acquire(
             .with_identity(identity)
             .with_duration(lease.duration.as_secs().max(1))
             .with_grace(lease.grace.as_secs().max(1))
-            .with_field_manager(format!("{}-lease", crate::FIELD_MANAGER))
+            .with_field_manager(format!("{}-lease", super::FIELD_MANAGER))
             .build()
             .await
             .map_err(|source| Error::Lease {
@@ -184,6 +244,24 @@ async fn release(is_leader: tokio::sync::watch::Receiver<bool>, lease_task: Leas
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_our_own_renewals_count() {
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let renewed = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let lease = |holder: &str| Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                renew_time: Some(MicroTime(renewed)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(renewed_by(lease("me"), "me"), Some(SystemTime::from(renewed)));
+        assert_eq!(renewed_by(lease("other"), "me"), None);
+        assert_eq!(renewed_by(Lease::default(), "me"), None);
+    }
 
     #[test]
     fn identities_of_one_instance_differ_between_processes_and_calls() {

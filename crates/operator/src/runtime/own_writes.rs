@@ -17,7 +17,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::FIELD_MANAGER;
+use super::FIELD_MANAGER;
 
 /// By object: the resourceVersion a write replaced, and the object it returned.
 type Writes<K> = HashMap<ObjectRef<K>, (String, Arc<K>)>;

@@ -10,7 +10,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::Telemetry;
+use super::Telemetry;
 
 /// Binds `address` and serves until `shutdown` completes. Returns the bound address (useful
 /// with port 0) once listening, and the serving task.

@@ -1,9 +1,41 @@
-//! Building status conditions that follow the Kubernetes conventions.
+//! Status conditions that follow the Kubernetes conventions, and when a status is worth writing.
+//! [`Context::update_status`](super::Context::update_status) writes them.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use sample_operator_api::{FooStatus, MyCustomResourceStatus, NetworkStatus};
 
 pub use sample_operator_api::conditions::READY;
+
+/// `Ready` reasons that mean the same in every controller.
+pub mod reason {
+    /// The spec breaks a rule of the schema (stored before the rule existed).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// An object the controller would own exists under that name, and it does not own it.
+    pub const RESOURCE_EXISTS: &str = "ResourceExists";
+}
+
+/// A status with conditions, which the runtime reads to tell transitions and compares without
+/// their timestamps.
+pub trait Conditions {
+    fn conditions(&self) -> &[Condition];
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+}
+
+macro_rules! conditions_field {
+    ($($status:ty),*) => {$(
+        impl Conditions for $status {
+            fn conditions(&self) -> &[Condition] {
+                &self.conditions
+            }
+            fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+                &mut self.conditions
+            }
+        }
+    )*};
+}
+
+conditions_field!(FooStatus, NetworkStatus, MyCustomResourceStatus);
 
 /// The `Ready` condition for a new status, given the conditions of the current one:
 /// `lastTransitionTime` moves only when `status` changes, so rewriting the same state does not
@@ -30,18 +62,35 @@ pub fn ready(
     }
 }
 
+/// What a status's `Ready` condition says.
+pub struct Ready<'a> {
+    pub status: bool,
+    pub reason: &'a str,
+    pub message: String,
+}
+
+impl Ready<'_> {
+    /// The conditions of a new status of an object at `generation` whose current status has
+    /// `previous` conditions: `Ready`, as [`ready`] builds it.
+    pub fn conditions(self, generation: Option<i64>, previous: &[Condition]) -> Vec<Condition> {
+        vec![ready(
+            self.status,
+            self.reason,
+            self.message,
+            generation,
+            previous,
+        )]
+    }
+}
+
 /// Whether writing status `new` over `current` would change anything. Conditions compare
 /// without their `lastTransitionTime`, which [`ready`] carries over anyway: a status that says
 /// the same thing is not rewritten.
-pub fn status_differs<S: Clone + PartialEq>(
-    current: Option<&S>,
-    new: &S,
-    conditions: impl Fn(&mut S) -> &mut Vec<Condition>,
-) -> bool {
+pub fn status_differs<S: Conditions + Clone + PartialEq>(current: Option<&S>, new: &S) -> bool {
     let Some(current) = current else { return true };
     let strip = |status: &S| {
         let mut status = status.clone();
-        for c in conditions(&mut status).iter_mut() {
+        for c in status.conditions_mut().iter_mut() {
             c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
         }
         status

@@ -4,11 +4,13 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use local_cluster::testing::{self, TestNamespace};
-use sample_operator_api::{Foo, MyCustomResource, Network};
+use sample_operator_api::{ExampleFoo, Foo, MyCustomResource, Network};
 use serde_json::json;
 
 const NETWORK_SAMPLE: &str = include_str!("../../../../samples/network.yaml");
 const FOO_SAMPLE: &str = include_str!("../../../../samples/foo.yaml");
+/// Seed 004's Foo, in the example.com group.
+const EXAMPLE_FOO_SAMPLE: &str = include_str!("../../../../samples/example-foo.yaml");
 const MY_CUSTOM_RESOURCE_SAMPLES: &str = include_str!("../../../../samples/my-custom-resource.yaml");
 
 use crate::support::{SCHEMA, client_with_crds};
@@ -17,7 +19,7 @@ use crate::support::{SCHEMA, client_with_crds};
 async fn generated_crds_install_and_become_established() {
     let client = client_with_crds().await;
     let crds: Api<CustomResourceDefinition> = Api::all(client);
-    for crd in sample_operator_api::crds() {
+    for crd in crate::support::all_crds() {
         let stored = crds.get(&crd.name_any()).await.unwrap();
         assert!(
             testing::is_established(&stored),
@@ -43,7 +45,12 @@ async fn generated_crds_install_and_become_established() {
 async fn the_seeds_samples_apply_unchanged() {
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "samples").await;
-    for manifest in [NETWORK_SAMPLE, FOO_SAMPLE, MY_CUSTOM_RESOURCE_SAMPLES] {
+    for manifest in [
+        NETWORK_SAMPLE,
+        FOO_SAMPLE,
+        EXAMPLE_FOO_SAMPLE,
+        MY_CUSTOM_RESOURCE_SAMPLES,
+    ] {
         testing::create_manifest(&client, &ns.name, manifest)
             .await
             .unwrap_or_else(|e| panic!("{e}\n{manifest}"));
@@ -55,6 +62,9 @@ async fn the_seeds_samples_apply_unchanged() {
     let foo = ns.api::<Foo>().get("example-foo").await.unwrap();
     assert_eq!(foo.spec.deployment_name, "example-foo");
     assert_eq!(foo.spec.replicas, Some(1));
+    let example = ns.api::<ExampleFoo>().get("foo-sample").await.unwrap();
+    assert_eq!(example.spec.deployment_name, "foo-sample");
+    assert_eq!(example.spec.replicas, Some(1));
     let mcrs = ns.api::<MyCustomResource>();
     assert_eq!(
         mcrs.get("my-custom-resource-01").await.unwrap().spec.name,
@@ -179,7 +189,12 @@ async fn invalid_networks_are_refused_naming_the_field() {
 async fn kubectl_lists_each_resource_with_its_printer_columns() {
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "columns").await;
-    for manifest in [NETWORK_SAMPLE, FOO_SAMPLE, MY_CUSTOM_RESOURCE_SAMPLES] {
+    for manifest in [
+        NETWORK_SAMPLE,
+        FOO_SAMPLE,
+        EXAMPLE_FOO_SAMPLE,
+        MY_CUSTOM_RESOURCE_SAMPLES,
+    ] {
         testing::create_manifest(&client, &ns.name, manifest)
             .await
             .unwrap();
@@ -190,10 +205,17 @@ async fn kubectl_lists_each_resource_with_its_printer_columns() {
             ["NAME", "CIDR", "GATEWAY", "READY", "AGE"].as_slice(),
             "192.168.0.0/16",
         ),
+        // With the example.com Foo installed too, `foos` alone names that one: the group tells
+        // them apart.
         (
-            "foos",
+            "foos.samplecontroller.k8s.io",
             ["NAME", "DEPLOYMENT", "REPLICAS", "AVAILABLE", "READY", "AGE"].as_slice(),
             "example-foo",
+        ),
+        (
+            "foos.example.com",
+            ["NAME", "DEPLOYMENT", "REPLICAS", "AVAILABLE", "READY", "AGE"].as_slice(),
+            "foo-sample",
         ),
         (
             "mycustomresources",
@@ -210,6 +232,11 @@ async fn kubectl_lists_each_resource_with_its_printer_columns() {
             "fo",
             ["NAME", "DEPLOYMENT", "REPLICAS", "AVAILABLE", "READY", "AGE"].as_slice(),
             "example-foo",
+        ),
+        (
+            "exfoo",
+            ["NAME", "DEPLOYMENT", "REPLICAS", "AVAILABLE", "READY", "AGE"].as_slice(),
+            "foo-sample",
         ),
         (
             "mcr",

@@ -157,4 +157,47 @@ async fn the_helm_chart_renders_what_its_values_say_and_passes_a_dry_run() {
     // The chart grants exactly what the plain manifests grant.
     let plain = documents(include_str!("../../../../deploy/operator/rbac.yaml"));
     assert_eq!(cluster_role_rules(&rendered), cluster_role_rules(&plain));
+    assert!(
+        !rendered.iter().any(|o| o["kind"] == "CustomResourceDefinition"),
+        "the example.com Foo is installed only when asked for"
+    );
+
+    // Asked for: its CRD (kept on uninstall) and its controller beside the default ones.
+    let output = tokio::process::Command::new(local_cluster::toolchain::helm().unwrap())
+        .args([
+            "template",
+            "sample-operator",
+            &format!("{ROOT}/deploy/helm/sample-operator"),
+            "--namespace",
+            "sample-operator",
+            "--set",
+            "exampleCom.enabled=true",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rendered = documents(&String::from_utf8(output.stdout).unwrap());
+    for object in &rendered {
+        dry_run(&client, object).await;
+    }
+    let crd = rendered
+        .iter()
+        .find(|o| o["kind"] == "CustomResourceDefinition")
+        .expect("the example.com Foo's CRD");
+    assert_eq!(crd["metadata"]["name"], "foos.example.com");
+    assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    let deployment = rendered.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap();
+    assert!(
+        args.iter()
+            .any(|a| a == "--controllers=network,foo,foo-example,my-custom-resource"),
+        "{args:?}"
+    );
 }

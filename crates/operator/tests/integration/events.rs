@@ -1,4 +1,4 @@
-//! The background event publisher (`sample_operator::events`) on the apiserver.
+//! The background event publisher (`sample_operator::runtime::events`) on the apiserver.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,9 +9,9 @@ use kube::Resource;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::events::{EventType, Reporter};
 use local_cluster::testing::TestNamespace;
-use sample_operator::events::Events;
-use sample_operator::metrics::Metrics;
-use sample_operator::requests::RequestCounter;
+use sample_operator::runtime::events::Events;
+use sample_operator::runtime::metrics::Metrics;
+use sample_operator::runtime::requests::RequestCounter;
 use serde_json::json;
 
 use crate::support::client_with_crds;

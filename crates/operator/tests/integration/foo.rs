@@ -8,15 +8,65 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
 use sample_operator::{ControllerName, RunConfig};
-use sample_operator_api::{Foo, FooSpec};
+use sample_operator_api::{ExampleFoo, Foo, FooKind, FooSpec};
 use serde_json::json;
 
 use crate::support::{Operator, client_with_crds, events_about, store_despite_schema, wait_for_event};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-fn foo(name: &str, deployment: &str, replicas: Option<i32>) -> Foo {
-    Foo::new(
+/// A group the Foo is served in, as the scenarios that run in both see it.
+pub trait Group: FooKind {
+    const CONTROLLER: ControllerName;
+    /// Starts the names of the tests' namespaces.
+    const PREFIX: &str;
+    fn make(name: &str, spec: FooSpec) -> Self;
+}
+
+impl Group for Foo {
+    const CONTROLLER: ControllerName = ControllerName::Foo;
+    const PREFIX: &str = "foo";
+    fn make(name: &str, spec: FooSpec) -> Self {
+        Foo::new(name, spec)
+    }
+}
+
+impl Group for ExampleFoo {
+    const CONTROLLER: ControllerName = ControllerName::FooExample;
+    const PREFIX: &str = "exfoo";
+    fn make(name: &str, spec: FooSpec) -> Self {
+        ExampleFoo::new(name, spec)
+    }
+}
+
+/// The scenarios that hold for a Foo of either group, each run for both.
+macro_rules! in_both_groups {
+    ($($scenario:ident),* $(,)?) => {
+        mod samplecontroller_k8s_io {
+            $(#[tokio::test]
+            async fn $scenario() {
+                super::$scenario::<sample_operator_api::Foo>().await
+            })*
+        }
+        mod example_com {
+            $(#[tokio::test]
+            async fn $scenario() {
+                super::$scenario::<sample_operator_api::ExampleFoo>().await
+            })*
+        }
+    };
+}
+
+in_both_groups!(
+    a_foo_gets_an_owned_nginx_deployment_and_reports_availability,
+    available_replicas_follow_scaling_up_and_down,
+    a_deployment_the_foo_does_not_own_is_left_alone_until_it_is_gone,
+    deleting_a_foo_deletes_its_deployment,
+    renaming_the_deployment_moves_the_workload,
+);
+
+pub fn new_foo<K: Group>(name: &str, deployment: &str, replicas: Option<i32>) -> K {
+    K::make(
         name,
         FooSpec {
             deployment_name: deployment.into(),
@@ -25,18 +75,22 @@ fn foo(name: &str, deployment: &str, replicas: Option<i32>) -> Foo {
     )
 }
 
-fn ready(foo: &Foo) -> Option<(String, String)> {
-    let status = foo.status.as_ref()?;
+fn foo(name: &str, deployment: &str, replicas: Option<i32>) -> Foo {
+    new_foo(name, deployment, replicas)
+}
+
+pub fn ready(foo: &impl FooKind) -> Option<(String, String)> {
+    let status = foo.status()?;
     let c = sample_operator_api::conditions::find(&status.conditions, "Ready")?;
     Some((c.status.clone(), c.reason.clone()))
 }
 
-fn available(foo: &Foo) -> i32 {
-    foo.status.as_ref().map_or(-1, |s| s.available_replicas)
+fn available(foo: &impl FooKind) -> i32 {
+    foo.status().map_or(-1, |s| s.available_replicas)
 }
 
 /// Waits until the Foo reports `replicas` available and Ready, for its current generation.
-async fn wait_available(foos: &Api<Foo>, name: &str, replicas: i32) -> Foo {
+pub async fn wait_available<K: FooKind>(foos: &Api<K>, name: &str, replicas: i32) -> K {
     testing::wait_for(
         foos,
         name,
@@ -45,21 +99,21 @@ async fn wait_available(foos: &Api<Foo>, name: &str, replicas: i32) -> Foo {
         |f| {
             available(f) == replicas
                 && ready(f) == Some(("True".into(), "Available".into()))
-                && f.status.as_ref().and_then(|s| s.observed_generation) == f.metadata.generation
+                && f.status().and_then(|s| s.observed_generation) == f.meta().generation
         },
     )
     .await
     .unwrap()
 }
 
-async fn scale(foos: &Api<Foo>, name: &str, replicas: i32) {
+pub async fn scale<K: FooKind>(foos: &Api<K>, name: &str, replicas: i32) {
     let patch = json!({ "spec": { "replicas": replicas } });
     foos.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
 }
 
-fn plain_deployment(name: &str) -> Deployment {
+pub fn plain_deployment(name: &str) -> Deployment {
     serde_json::from_value(json!({
         "metadata": { "name": name, "labels": { "team": "someone-else" } },
         "spec": {
@@ -74,16 +128,15 @@ fn plain_deployment(name: &str) -> Deployment {
     .unwrap()
 }
 
-#[tokio::test]
-async fn a_foo_gets_an_owned_nginx_deployment_and_reports_availability() {
+async fn a_foo_gets_an_owned_nginx_deployment_and_reports_availability<K: Group>() {
     let client = client_with_crds().await;
-    let ns = TestNamespace::create(&client, "foo-basic").await;
-    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
-    let foos = ns.api::<Foo>();
+    let ns = TestNamespace::create(&client, &format!("{}-basic", K::PREFIX)).await;
+    let operator = Operator::start(&ns.name, &[K::CONTROLLER]).await;
+    let foos = ns.api::<K>();
     let created = foos
         .create(
             &PostParams::default(),
-            &foo("example-foo", "example-foo", Some(1)),
+            &new_foo::<K>("example-foo", "example-foo", Some(1)),
         )
         .await
         .unwrap();
@@ -113,12 +166,22 @@ async fn a_foo_gets_an_owned_nginx_deployment_and_reports_availability() {
     );
     let owner = &d.owner_references()[0];
     assert_eq!(
-        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
-        ("Foo", created.uid().unwrap().as_str(), Some(true))
+        (
+            owner.api_version.as_str(),
+            owner.kind.as_str(),
+            owner.uid.as_str(),
+            owner.controller
+        ),
+        (
+            &*K::api_version(&()),
+            "Foo",
+            created.uid().unwrap().as_str(),
+            Some(true)
+        )
     );
 
     let f = wait_available(&foos, "example-foo", 1).await;
-    assert_eq!(f.status.unwrap().observed_generation, created.metadata.generation);
+    assert_eq!(f.status().unwrap().observed_generation, created.meta().generation);
     let synced = wait_for_event(&client, &ns.name, "example-foo", "Synced").await;
     assert_eq!(synced.note.as_deref(), Some("Foo synced successfully"));
     assert_eq!(synced.type_.as_deref(), Some("Normal"));
@@ -127,15 +190,17 @@ async fn a_foo_gets_an_owned_nginx_deployment_and_reports_availability() {
     ns.delete().await;
 }
 
-#[tokio::test]
-async fn available_replicas_follow_scaling_up_and_down() {
+async fn available_replicas_follow_scaling_up_and_down<K: Group>() {
     let client = client_with_crds().await;
-    let ns = TestNamespace::create(&client, "foo-scale").await;
-    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
-    let foos = ns.api::<Foo>();
-    foos.create(&PostParams::default(), &foo("scaled", "scaled-web", Some(1)))
-        .await
-        .unwrap();
+    let ns = TestNamespace::create(&client, &format!("{}-scale", K::PREFIX)).await;
+    let operator = Operator::start(&ns.name, &[K::CONTROLLER]).await;
+    let foos = ns.api::<K>();
+    foos.create(
+        &PostParams::default(),
+        &new_foo::<K>("scaled", "scaled-web", Some(1)),
+    )
+    .await
+    .unwrap();
     wait_available(&foos, "scaled", 1).await;
 
     scale(&foos, "scaled", 3).await;
@@ -149,20 +214,22 @@ async fn available_replicas_follow_scaling_up_and_down() {
     ns.delete().await;
 }
 
-#[tokio::test]
-async fn a_deployment_the_foo_does_not_own_is_left_alone_until_it_is_gone() {
+async fn a_deployment_the_foo_does_not_own_is_left_alone_until_it_is_gone<K: Group>() {
     let client = client_with_crds().await;
-    let ns = TestNamespace::create(&client, "foo-conflict").await;
+    let ns = TestNamespace::create(&client, &format!("{}-conflict", K::PREFIX)).await;
     let deployments = ns.api::<Deployment>();
     let foreign = deployments
         .create(&PostParams::default(), &plain_deployment("taken"))
         .await
         .unwrap();
-    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
-    let foos = ns.api::<Foo>();
-    foos.create(&PostParams::default(), &foo("intruder", "taken", Some(1)))
-        .await
-        .unwrap();
+    let operator = Operator::start(&ns.name, &[K::CONTROLLER]).await;
+    let foos = ns.api::<K>();
+    foos.create(
+        &PostParams::default(),
+        &new_foo::<K>("intruder", "taken", Some(1)),
+    )
+    .await
+    .unwrap();
 
     let f = testing::wait_for(&foos, "intruder", "ResourceExists", TIMEOUT, |f| {
         ready(f) == Some(("False".into(), "ResourceExists".into()))
@@ -170,7 +237,7 @@ async fn a_deployment_the_foo_does_not_own_is_left_alone_until_it_is_gone() {
     .await
     .unwrap();
     let message = r#"Resource "taken" already exists and is not managed by Foo"#;
-    assert_eq!(f.status.unwrap().conditions[0].message, message);
+    assert_eq!(f.status().unwrap().conditions[0].message, message);
     let event = wait_for_event(&client, &ns.name, "intruder", "ErrResourceExists").await;
     assert_eq!(
         (event.type_.as_deref(), event.note.as_deref()),
@@ -211,15 +278,14 @@ async fn a_deployment_the_foo_does_not_own_is_left_alone_until_it_is_gone() {
     ns.delete().await;
 }
 
-#[tokio::test]
-async fn deleting_a_foo_deletes_its_deployment() {
+async fn deleting_a_foo_deletes_its_deployment<K: Group>() {
     let client = client_with_crds().await;
-    let ns = TestNamespace::create(&client, "foo-delete").await;
-    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
-    let foos = ns.api::<Foo>();
+    let ns = TestNamespace::create(&client, &format!("{}-delete", K::PREFIX)).await;
+    let operator = Operator::start(&ns.name, &[K::CONTROLLER]).await;
+    let foos = ns.api::<K>();
     foos.create(
         &PostParams::default(),
-        &foo("short-lived", "short-lived", Some(2)),
+        &new_foo::<K>("short-lived", "short-lived", Some(2)),
     )
     .await
     .unwrap();
@@ -286,20 +352,22 @@ async fn hand_edits_of_managed_fields_are_reverted_and_others_kept() {
     ns.delete().await;
 }
 
-#[tokio::test]
-async fn renaming_the_deployment_moves_the_workload() {
+async fn renaming_the_deployment_moves_the_workload<K: Group>() {
     let client = client_with_crds().await;
-    let ns = TestNamespace::create(&client, "foo-rename").await;
+    let ns = TestNamespace::create(&client, &format!("{}-rename", K::PREFIX)).await;
     let deployments = ns.api::<Deployment>();
     deployments
         .create(&PostParams::default(), &plain_deployment("someone-elses"))
         .await
         .unwrap();
-    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
-    let foos = ns.api::<Foo>();
-    foos.create(&PostParams::default(), &foo("mover", "old-name", Some(1)))
-        .await
-        .unwrap();
+    let operator = Operator::start(&ns.name, &[K::CONTROLLER]).await;
+    let foos = ns.api::<K>();
+    foos.create(
+        &PostParams::default(),
+        &new_foo::<K>("mover", "old-name", Some(1)),
+    )
+    .await
+    .unwrap();
     wait_available(&foos, "mover", 1).await;
 
     let patch = json!({ "spec": { "deploymentName": "new-name" } });
@@ -312,7 +380,7 @@ async fn renaming_the_deployment_moves_the_workload() {
     let moved = wait_available(&foos, "mover", 1).await;
     assert!(deployments.get("new-name").await.is_ok());
     assert_eq!(
-        moved.status.unwrap().conditions[0].message,
+        moved.status().unwrap().conditions[0].message,
         r#"Deployment "new-name" has 1 of 1 replicas available"#
     );
 
@@ -485,7 +553,7 @@ async fn many_foos_converge_including_in_a_namespace_created_later() {
         let converged = list
             .items
             .iter()
-            .filter(|f| available(f) == 1 && ready(f).is_some_and(|r| r.0 == "True"))
+            .filter(|f| available(*f) == 1 && ready(*f).is_some_and(|r| r.0 == "True"))
             .count();
         if converged == 200 {
             break;
@@ -498,5 +566,74 @@ async fn many_foos_converge_including_in_a_namespace_created_later() {
     }
     operator.stop().await;
     later.delete().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn foos_of_the_two_groups_never_fight_over_one_deployment() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-groups").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Foo, ControllerName::FooExample]).await;
+    let (foos, example_foos) = (ns.api::<Foo>(), ns.api::<ExampleFoo>());
+    foos.create(&PostParams::default(), &foo("first", "shared", Some(2)))
+        .await
+        .unwrap();
+    wait_available(&foos, "first", 2).await;
+    let deployments = ns.api::<Deployment>();
+    let before = deployments.get("shared").await.unwrap();
+
+    // The example.com Foo asks for the same Deployment: the first owner keeps it.
+    example_foos
+        .create(
+            &PostParams::default(),
+            &new_foo::<ExampleFoo>("second", "shared", Some(5)),
+        )
+        .await
+        .unwrap();
+    let refused = testing::wait_for(&example_foos, "second", "ResourceExists", TIMEOUT, |f| {
+        ready(f) == Some(("False".into(), "ResourceExists".into()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        refused.status.unwrap().conditions[0].message,
+        r#"Resource "shared" already exists and is not managed by Foo"#
+    );
+    wait_for_event(&client, &ns.name, "second", "ErrResourceExists").await;
+    // Retries go by; the Deployment keeps its owner, its replicas and its spec.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = deployments.get("shared").await.unwrap();
+    assert_eq!(
+        now.metadata.generation, before.metadata.generation,
+        "the spec was changed"
+    );
+    assert_eq!(now.spec.as_ref().unwrap().replicas, Some(2));
+    let owners: Vec<_> = now
+        .owner_references()
+        .iter()
+        .map(|o| (o.api_version.as_str(), o.name.as_str()))
+        .collect();
+    assert_eq!(owners, [("samplecontroller.k8s.io/v1alpha1", "first")]);
+    wait_available(&foos, "first", 2).await;
+
+    // Once the first owner is gone (and the garbage collector took its Deployment), the other
+    // gets the name.
+    foos.delete("first", &DeleteParams::background()).await.unwrap();
+    let taken = testing::wait_for(
+        &deployments,
+        "shared",
+        "owned by the example.com Foo",
+        TIMEOUT,
+        |d| {
+            d.owner_references()
+                .iter()
+                .any(|o| o.api_version == "example.com/v1alpha1" && o.name == "second")
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(taken.owner_references().len(), 1);
+    wait_available(&example_foos, "second", 5).await;
+    operator.stop().await;
     ns.delete().await;
 }

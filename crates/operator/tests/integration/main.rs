@@ -8,6 +8,7 @@ mod cluster;
 mod deploy;
 mod events;
 mod foo;
+mod leader;
 mod my_custom_resource;
 mod network;
 mod process;

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
-use sample_operator::requests::RequestCounter;
+use sample_operator::runtime::requests::RequestCounter;
 use sample_operator::{ControllerName, RunConfig};
 use sample_operator_api::{MyCustomResource, MyCustomResourceSpec};
 use serde_json::json;

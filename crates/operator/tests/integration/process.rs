@@ -389,7 +389,11 @@ async fn a_misconfiguration_ends_with_one_clear_line() {
     let port = serve_without_crds();
     let master = format!("--master=http://127.0.0.1:{port}");
     let (status, stderr) = run_to_end(&[&kubeconfig_arg, &master, "--controllers=foo"]);
-    assert_one_clear_line(status, &stderr, "the Foo CRD is not installed");
+    assert_one_clear_line(
+        status,
+        &stderr,
+        "the foos.samplecontroller.k8s.io CRD is not installed",
+    );
     assert!(
         stderr.contains("kubectl apply --server-side -f deploy/crds/"),
         "{stderr}"

@@ -8,7 +8,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use local_cluster::testing;
-use sample_operator::requests::{RequestCounter, RequestCounts};
+use sample_operator::runtime::requests::{RequestCounter, RequestCounts};
 use sample_operator::{ControllerName, RunConfig};
 use tokio::sync::RwLock;
 
@@ -21,10 +21,18 @@ pub static SCHEMA: LazyLock<RwLock<()>> = LazyLock::new(|| RwLock::new(()));
 pub async fn client_with_crds() -> Client {
     let client = testing::client().await;
     let _schema = SCHEMA.read().await;
-    testing::install_crds(&client, &sample_operator_api::crds())
+    testing::install_crds(&client, &all_crds())
         .await
         .expect("CRDs install");
     client
+}
+
+/// The CRDs installed by default, and the example.com Foo's: the tests cover both groups.
+pub fn all_crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+    let mut crds = sample_operator_api::crds();
+    crds.extend(sample_operator_api::example_com_crds());
+    crds
 }
 
 /// The operator, running in this process on one namespace, with its requests counted.
@@ -179,7 +187,7 @@ pub async fn store_despite_schema<K>(
             other => break other,
         }
     };
-    testing::install_crds(client, &sample_operator_api::crds())
+    testing::install_crds(client, &all_crds())
         .await
         .expect("the CRDs are restored");
     stored.expect("the relaxed schema takes the object");

@@ -14,10 +14,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::FutureExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, Patch, PatchParams};
 use kube::core::TypeMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -26,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{BackendError, Ensured, NetworkBackend};
-use crate::FIELD_MANAGER;
+use crate::runtime::{FIELD_MANAGER, Synced, children};
 
 pub const GROUP: &str = "k8s.cni.cncf.io";
 pub const VERSION: &str = "v1";
@@ -158,13 +157,6 @@ pub fn desired(
     }
 }
 
-/// Whether `nad` has a controller owner reference to the object with `uid`.
-pub fn is_controlled_by(nad: &NetworkAttachmentDefinition, uid: &str) -> bool {
-    nad.owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.uid == uid)
-}
-
 /// Whether `observed` differs from `desired` in a field the operator manages. Fields others
 /// manage (an added label or annotation) do not count: they are left alone.
 pub fn needs_apply(desired: &NetworkAttachmentDefinition, observed: &NetworkAttachmentDefinition) -> bool {
@@ -184,11 +176,16 @@ pub fn needs_apply(desired: &NetworkAttachmentDefinition, observed: &NetworkAtta
 pub struct Multus {
     client: kube::Client,
     cache: Store<NetworkAttachmentDefinition>,
+    synced: Synced,
 }
 
 impl Multus {
-    pub fn new(client: kube::Client, cache: Store<NetworkAttachmentDefinition>) -> Self {
-        Self { client, cache }
+    pub fn new(client: kube::Client, cache: Store<NetworkAttachmentDefinition>, synced: Synced) -> Self {
+        Self {
+            client,
+            cache,
+            synced,
+        }
     }
 
     fn api(&self, namespace: &str) -> Api<NetworkAttachmentDefinition> {
@@ -203,12 +200,7 @@ impl Multus {
         namespace: &str,
         name: &str,
     ) -> Result<Option<Arc<NetworkAttachmentDefinition>>, BackendError> {
-        let cache_ready = self
-            .cache
-            .wait_until_ready()
-            .now_or_never()
-            .is_some_and(|r| r.is_ok());
-        if cache_ready {
+        if self.synced.is_synced() {
             return Ok(self.cache.get(&ObjectRef::new(name).within(namespace)));
         }
         match self.api(namespace).get_opt(name).await {
@@ -266,31 +258,23 @@ impl NetworkBackend for Multus {
             Some(cached) => cached,
             // Not among the operator's own: create it. If one of that name exists (someone
             // else's, or ours with its label removed), the create says so and it is read.
-            None => {
-                let params = PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                };
-                match api.create(&params, &desired).await {
-                    Ok(_) => return Ok(ensured(true)),
-                    Err(e) if is_status(&e, 409) => {
-                        Arc::new(api.get(&name).await.map_err(|source| BackendError::Request {
-                            action: "reading NetworkAttachmentDefinition",
-                            source,
-                        })?)
-                    }
-                    // The namespace exists (the Network is in it), so the resource does not.
-                    Err(e) if is_status(&e, 404) => return Err(unavailable()),
-                    Err(source) => {
-                        return Err(BackendError::Request {
-                            action: "creating NetworkAttachmentDefinition",
-                            source,
-                        });
-                    }
+            None => match children::create(&api, &desired).await {
+                Ok(Some(_)) => return Ok(ensured(true)),
+                Ok(None) => Arc::new(api.get(&name).await.map_err(|source| BackendError::Request {
+                    action: "reading NetworkAttachmentDefinition",
+                    source,
+                })?),
+                // The namespace exists (the Network is in it), so the resource does not.
+                Err(e) if is_status(&e, 404) => return Err(unavailable()),
+                Err(source) => {
+                    return Err(BackendError::Request {
+                        action: "creating NetworkAttachmentDefinition",
+                        source,
+                    });
                 }
-            }
+            },
         };
-        if !is_controlled_by(&observed, &uid) {
+        if !children::is_controlled_by(&*observed, &uid) {
             return Err(not_owned(&name));
         }
         if !needs_apply(&desired, &observed) {
@@ -322,21 +306,12 @@ impl NetworkBackend for Multus {
         let Some(observed) = self.observed(&namespace, &name).await? else {
             return Ok(false);
         };
-        if !is_controlled_by(&observed, &uid) {
+        if !children::is_controlled_by(&*observed, &uid) {
             return Ok(false);
         }
-        let params = DeleteParams {
-            // Only the object that was checked: never a same-named successor.
-            preconditions: Some(Preconditions {
-                uid: observed.uid(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match self.api(&namespace).delete(&name, &params).await {
-            Ok(_) => Ok(true),
-            // Gone already, or replaced by an object that is not the one checked.
-            Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(false),
+        // Only the object that was checked: never a same-named successor.
+        match children::delete(&self.api(&namespace), &*observed).await {
+            Ok(deleted) => Ok(deleted),
             Err(source) => Err(BackendError::Request {
                 action: "deleting NetworkAttachmentDefinition",
                 source,
@@ -388,8 +363,6 @@ mod tests {
             (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
             ("Network", "uid-1", Some(true))
         );
-        assert!(is_controlled_by(&nad, "uid-1"));
-        assert!(!is_controlled_by(&nad, "uid-2"));
         assert_eq!(
             config(&nad),
             json!({

@@ -1,0 +1,478 @@
+//! The shared reconcile loop around kube-runtime's `Controller`.
+//!
+//! A controller module gives the runtime a [`Wiring`]: the kube-runtime `Controller` built
+//! from its watches (which say what triggers a reconcile), the caches its reconcile reads, and
+//! a [`Reconciler`], whose `reconcile` is the domain's short driver of named steps. [`run`]
+//! does the rest, the same for every controller:
+//!
+//! 1. a reconcile waits until the caches it reads have their first list (before that, every
+//!    cached object would look missing), and gives up when the controller stops;
+//! 2. it starts from the object our last status write returned while the cache still shows the
+//!    version that write replaced ([`OwnWrites`]);
+//! 3. it runs in a span that names the object, is timed and counted by result and reason;
+//! 4. an error is retried with per-object exponential backoff (capped by
+//!    [`ReconcileError::max_delay`]), reset by the next success, which kube-runtime's
+//!    `error_policy` never hears of; a terminal error, such as an invalid spec, is not retried:
+//!    the object waits for a change (controller-runtime's `TerminalError`);
+//! 5. `/readyz` reports the controller ready once its caches are synced.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::{BoxFuture, Shared as SharedFuture};
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::Api;
+use kube::core::object::HasStatus;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use super::backoff::Backoff;
+use super::events::Events;
+use super::metrics::Metrics;
+use super::own_writes::OwnWrites;
+use super::status::{Conditions, ready_reason, status_differs};
+use super::{Shared, Synced, resync_ticks};
+
+/// What a controller's own resource must be: a namespaced Kubernetes object of a known type.
+pub trait Object:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Object for K where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The error of one controller's reconcile: one enum per controller, whose variant names are
+/// the reasons in logs and metrics.
+pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
+    /// A short, stable name of the failure.
+    fn reason(&self) -> &'static str;
+
+    /// Retrying cannot fix it (an invalid spec): the object waits for a change instead.
+    fn is_terminal(&self) -> bool {
+        false
+    }
+
+    /// The longest wait between retries. Failures whose end no watch event announces (a
+    /// foreign object in the way, a missing CRD) are noticed only by retrying: those keep
+    /// their retries close together.
+    fn max_delay(&self) -> Duration {
+        Duration::MAX
+    }
+}
+
+/// A controller's domain: one pass that brings the world in line with one object.
+pub trait Reconciler: Send + Sync + 'static {
+    type Object: Object;
+    type Error: ReconcileError;
+
+    fn reconcile(
+        &self,
+        object: Arc<Self::Object>,
+        ctx: &Context<Self::Object>,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+}
+
+/// What a controller module hands to [`run`].
+pub struct Wiring<R: Reconciler> {
+    /// The controller's name in metrics, logs and readiness reports.
+    pub name: &'static str,
+    /// kube-runtime's controller, built from the watches that trigger reconciles.
+    pub controller: Controller<R::Object>,
+    pub reconciler: R,
+    /// From [`Shared::watch_primary`]: the status writes its cache has not caught up with.
+    pub own_writes: OwnWrites<R::Object>,
+    /// The caches the reconcile reads: it waits for their first list, and the controller is
+    /// ready (for `/readyz`) once they all have it.
+    pub caches: Vec<Synced>,
+}
+
+/// What the runtime lends a reconcile: the client, status writes and events.
+pub struct Context<K: Resource> {
+    client: Client,
+    events: Events,
+    own_writes: OwnWrites<K>,
+    metrics: Arc<Metrics>,
+}
+
+impl<K: Object> Context<K> {
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Queues an event about `object`; see [`Events`].
+    pub async fn publish(&self, object: &K, type_: EventType, reason: &str, note: String) {
+        self.events
+            .publish(object.object_ref(&()), type_, reason, note, "Sync")
+            .await;
+    }
+
+    /// Writes `new` as the status of `object` when it says something else than the current
+    /// one (timestamps aside). When the reason of its `Ready` condition changed, `transition`
+    /// says which event to publish, if any. Returns whether it wrote.
+    pub async fn update_status(
+        &self,
+        object: &K,
+        new: K::Status,
+        transition: fn(&Condition) -> Option<(EventType, &str)>,
+    ) -> kube::Result<bool>
+    where
+        K: HasStatus,
+        K::Status: Conditions + Clone + PartialEq + Serialize,
+    {
+        if !status_differs(object.status(), &new) {
+            return Ok(false);
+        }
+        let namespace = object.namespace().unwrap_or_default();
+        let api: Api<K> = Api::namespaced(self.client.clone(), &namespace);
+        self.own_writes.write_status(&api, object, &new).await?;
+
+        let previous = object.status().and_then(|s| ready_reason(s.conditions()));
+        let Some(ready) = sample_operator_api::conditions::find(new.conditions(), super::status::READY)
+        else {
+            return Ok(true);
+        };
+        if previous != Some(ready.reason.as_str())
+            && let Some((type_, reason)) = transition(ready)
+        {
+            self.publish(object, type_, reason, ready.message.clone()).await;
+        }
+        Ok(true)
+    }
+}
+
+/// A running controller: its domain, and the runtime's state around it.
+struct Runner<R: Reconciler> {
+    name: &'static str,
+    reconciler: R,
+    context: Context<R::Object>,
+    backoff: Backoff<ObjectRef<R::Object>>,
+    caches: Vec<Synced>,
+    /// Completes when the controller is asked to stop.
+    stopping: SharedFuture<BoxFuture<'static, ()>>,
+}
+
+impl<R: Reconciler> Runner<R> {
+    /// Whether every cache has its first list; false when the controller stops first.
+    async fn caches_synced(&self) -> bool {
+        let synced = futures::future::join_all(self.caches.iter().map(Synced::wait))
+            .map(|all| all.into_iter().all(|synced| synced));
+        tokio::select! {
+            synced = synced => synced,
+            () = self.stopping.clone() => false,
+        }
+    }
+
+    async fn reconcile(&self, object: Arc<R::Object>) -> Result<Action, R::Error> {
+        if !self.caches_synced().await {
+            // Stopping: the object is reconciled by whoever runs next.
+            return Ok(Action::await_change());
+        }
+        let object = self.context.own_writes.latest(object);
+        let span = tracing::info_span!("reconcile", controller = self.name, object = %describe(&*object));
+        let timer = self.context.metrics.reconcile(self.name);
+        let result = self
+            .reconciler
+            .reconcile(object.clone(), &self.context)
+            .instrument(span)
+            .await;
+        timer.finish(result.as_ref().map(|_| ()).map_err(R::Error::reason));
+        match &result {
+            // A terminal error waits for a change, not for a retry: its backoff is over too.
+            Ok(_) => self.forget_failures(&object),
+            Err(error) if error.is_terminal() => self.forget_failures(&object),
+            Err(_) => {}
+        }
+        result
+    }
+
+    fn forget_failures(&self, object: &R::Object) {
+        self.backoff.reset(&ObjectRef::from_obj(object));
+        self.context
+            .metrics
+            .set_awaiting_retry(self.name, self.backoff.len());
+    }
+
+    fn error_policy(&self, object: &R::Object, error: &R::Error) -> Action {
+        let object_name = describe(object);
+        if error.is_terminal() {
+            tracing::info!(controller = self.name, object = %object_name, reason = error.reason(), %error, "waiting for a change");
+            return Action::await_change();
+        }
+        let delay = self
+            .backoff
+            .next_delay(ObjectRef::from_obj(object))
+            .min(error.max_delay());
+        self.context
+            .metrics
+            .set_awaiting_retry(self.name, self.backoff.len());
+        tracing::warn!(controller = self.name, object = %object_name, reason = error.reason(), %error, retry_in = ?delay, "reconcile failed");
+        Action::requeue(delay)
+    }
+}
+
+/// `namespace/name`, for logs.
+pub fn describe(object: &impl Resource) -> String {
+    format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// Runs a controller until `shutdown` completes; it then finishes the reconciles in flight.
+pub async fn run<R: Reconciler>(
+    shared: &Shared,
+    wiring: Wiring<R>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let Wiring {
+        name,
+        controller,
+        reconciler,
+        own_writes,
+        caches,
+    } = wiring;
+    let stopping = shutdown.boxed().shared();
+    let runner = Arc::new(Runner {
+        name,
+        reconciler,
+        context: Context {
+            client: shared.client.clone(),
+            events: shared.events.clone(),
+            own_writes,
+            metrics: shared.metrics.clone(),
+        },
+        backoff: Backoff::default(),
+        caches,
+        stopping: stopping.clone(),
+    });
+
+    let ready = runner.clone();
+    let health = shared.health.clone();
+    tokio::spawn(async move {
+        if ready.caches_synced().await {
+            health.synced(ready.name);
+        }
+    });
+
+    let controller = controller
+        .with_config(kube::runtime::controller::Config::default().concurrency(shared.config.concurrency));
+    let controller = match shared.config.resync {
+        Some(interval) => controller.reconcile_all_on(resync_ticks(interval)),
+        None => controller,
+    };
+    controller
+        .graceful_shutdown_on(stopping)
+        .run(
+            |object, runner: Arc<Runner<R>>| async move { runner.reconcile(object).await },
+            |object, error, runner| runner.error_policy(&object, error),
+            runner,
+        )
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(controller = name, %error, "controller");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use std::sync::Mutex;
+
+    #[derive(Debug, thiserror::Error)]
+    enum FakeError {
+        #[error("the backend is down")]
+        Down,
+        #[error("the spec is invalid")]
+        Invalid,
+    }
+
+    impl ReconcileError for FakeError {
+        fn reason(&self) -> &'static str {
+            match self {
+                FakeError::Down => "Down",
+                FakeError::Invalid => "Invalid",
+            }
+        }
+        fn is_terminal(&self) -> bool {
+            matches!(self, FakeError::Invalid)
+        }
+        fn max_delay(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+    }
+
+    /// A domain whose next results are scripted.
+    struct Fake {
+        results: Mutex<Vec<Result<(), FakeError>>>,
+    }
+
+    impl Reconciler for Fake {
+        type Object = ConfigMap;
+        type Error = FakeError;
+
+        async fn reconcile(&self, _: Arc<ConfigMap>, _: &Context<ConfigMap>) -> Result<Action, FakeError> {
+            self.results
+                .lock()
+                .unwrap()
+                .remove(0)
+                .map(|()| Action::await_change())
+        }
+    }
+
+    fn object(name: &str) -> Arc<ConfigMap> {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("ns".into());
+        Arc::new(cm)
+    }
+
+    /// A runner of `fake` with the given caches, never stopping, whose client points nowhere
+    /// (the fake sends no request).
+    fn runner(fake: Fake, caches: Vec<Synced>) -> (Runner<Fake>, Arc<Metrics>) {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let metrics = Arc::new(Metrics::new(Default::default()));
+        let reporter = kube::runtime::events::Reporter {
+            controller: "test".into(),
+            instance: None,
+        };
+        let (events, _publisher) = Events::start(client.clone(), reporter, metrics.clone());
+        let runner = Runner {
+            name: "fake",
+            reconciler: fake,
+            context: Context {
+                client,
+                events,
+                own_writes: OwnWrites::default(),
+                metrics: metrics.clone(),
+            },
+            backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(60)),
+            caches,
+            stopping: futures::future::pending().boxed().shared(),
+        };
+        (runner, metrics)
+    }
+
+    #[tokio::test]
+    async fn backoff_grows_per_object_and_resets_on_success() {
+        use FakeError::Down;
+        let fake = Fake {
+            results: Mutex::new(vec![Err(Down), Err(Down), Err(Down), Ok(()), Err(Down)]),
+        };
+        let (runner, metrics) = runner(fake, vec![]);
+        let cm = object("a");
+        let mut delays = Vec::new();
+        for _ in 0..3 {
+            let error = runner.reconcile(cm.clone()).await.unwrap_err();
+            delays.push(runner.error_policy(&cm, &error));
+        }
+        assert_eq!(
+            delays,
+            [100, 200, 400].map(|ms| Action::requeue(Duration::from_millis(ms)))
+        );
+        assert_eq!(runner.backoff.len(), 1);
+        assert!(
+            metrics
+                .render()
+                .contains(r#"objects_awaiting_retry{controller="fake"} 1"#)
+        );
+
+        runner.reconcile(cm.clone()).await.unwrap();
+        assert_eq!(runner.backoff.len(), 0, "a success resets the backoff");
+        assert!(
+            metrics
+                .render()
+                .contains(r#"objects_awaiting_retry{controller="fake"} 0"#)
+        );
+        let error = runner.reconcile(cm.clone()).await.unwrap_err();
+        assert_eq!(
+            runner.error_policy(&cm, &error),
+            Action::requeue(Duration::from_millis(100)),
+            "the first failure after a success waits the shortest time"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_terminal_error_waits_for_a_change_and_counts_as_an_error() {
+        let fake = Fake {
+            results: Mutex::new(vec![Err(FakeError::Down), Err(FakeError::Invalid)]),
+        };
+        let (runner, metrics) = runner(fake, vec![]);
+        let cm = object("a");
+        let error = runner.reconcile(cm.clone()).await.unwrap_err();
+        runner.error_policy(&cm, &error);
+        let error = runner.reconcile(cm.clone()).await.unwrap_err();
+        assert_eq!(runner.error_policy(&cm, &error), Action::await_change());
+        assert_eq!(runner.backoff.len(), 0, "nothing waits for a retry");
+        let rendered = metrics.render();
+        assert!(
+            rendered.contains(r#"reconcile_errors_total{controller="fake",reason="Invalid"} 1"#),
+            "{rendered}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_waits_for_the_caches_it_reads() {
+        let fake = Fake {
+            results: Mutex::new(vec![Ok(())]),
+        };
+        let (synced, mut mark) = Synced::new::<ConfigMap>();
+        let (runner, _) = runner(fake, vec![synced]);
+        let runner = Arc::new(runner);
+        let pending = tokio::spawn({
+            let runner = runner.clone();
+            async move { runner.reconcile(object("a")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!pending.is_finished(), "reconciled before the cache was synced");
+        mark(&kube::runtime::watcher::Event::InitDone);
+        tokio::time::timeout(Duration::from_secs(5), pending)
+            .await
+            .expect("runs once synced")
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_stopping_controller_does_not_wait_for_caches_that_never_fill() {
+        let fake = Fake {
+            results: Mutex::new(vec![]),
+        };
+        let (synced, _mark) = Synced::new::<ConfigMap>();
+        let (mut runner, _) = runner(fake, vec![synced]);
+        runner.stopping = futures::future::ready(()).boxed().shared();
+        let action = tokio::time::timeout(Duration::from_secs(5), runner.reconcile(object("a")))
+            .await
+            .expect("gives up at once")
+            .unwrap();
+        assert_eq!(action, Action::await_change());
+    }
+}
