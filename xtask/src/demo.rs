@@ -86,6 +86,9 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
     println!("\n== installing the CRDs generated from the Rust types");
     let crds = demo.root.join("deploy/crds").display().to_string();
     demo.show(&["apply", "--server-side", "--force-conflicts", "-f", &crds])?;
+    // Seed 004's group too, which a cluster installs only when it uses it (see the README).
+    let example_com = demo.root.join("deploy/crds/example.com").display().to_string();
+    demo.show(&["apply", "--server-side", "--force-conflicts", "-f", &example_com])?;
     // Multus is not installed here: its NetworkAttachmentDefinition CRD stands in for it, so the
     // Network controller's backend has somewhere to write.
     let multus = demo
@@ -129,6 +132,7 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
 
 fn scenes(demo: &Demo) -> Result<()> {
     foo_scene(demo)?;
+    example_foo_scene(demo)?;
     network_scene(demo)?;
     my_custom_resource_scene(demo)?;
     println!("\n== admission refuses invalid objects, naming the field");
@@ -149,29 +153,102 @@ fn scenes(demo: &Demo) -> Result<()> {
     Ok(())
 }
 
+/// Seed 004's Foo, in its `example.com` group, through the same controller code.
+fn example_foo_scene(demo: &Demo) -> Result<()> {
+    const FOO: &str = "foos.example.com/foo-sample";
+    println!("\n== Foo (example.com): seed 004's foo-sample, applied unchanged");
+    demo.show(&["apply", "-n", NAMESPACE, "-f", &demo.sample("example-foo.yaml")])?;
+    demo.wait(FOO, ".status.availableReplicas", "1")?;
+    println!("\n== Foo (example.com): scaled as the seed does, to 2");
+    demo.show(&[
+        "patch",
+        "-n",
+        NAMESPACE,
+        "foos.example.com",
+        "foo-sample",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas": 2}}"#,
+    ])?;
+    demo.wait(FOO, ".status.availableReplicas", "2")?;
+    demo.show(&["get", "-n", NAMESPACE, FOO, "deployment/foo-sample", "-o", "wide"])?;
+
+    println!(
+        "\n== Foo (both groups): a samplecontroller.k8s.io Foo asking for the same Deployment is refused"
+    );
+    let rival = "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata:\n  name: rival\nspec:\n  deploymentName: foo-sample\n  replicas: 5\n";
+    apply_stdin(demo, rival)?;
+    demo.wait(
+        "foos.samplecontroller.k8s.io/rival",
+        READY_REASON,
+        "ResourceExists",
+    )?;
+    demo.show(&[
+        "get",
+        "-n",
+        NAMESPACE,
+        "foos.samplecontroller.k8s.io/rival",
+        "-o",
+        "wide",
+    ])?;
+    demo.show(&[
+        "get",
+        "-n",
+        NAMESPACE,
+        "deployment/foo-sample",
+        "-o",
+        "jsonpath={.spec.replicas} replicas, owned by {.metadata.ownerReferences[0].apiVersion}{\"\\n\"}",
+    ])?;
+    demo.quiet(&["delete", "-n", NAMESPACE, "foos.samplecontroller.k8s.io", "rival"])?;
+    demo.show(&[
+        "delete",
+        "-n",
+        NAMESPACE,
+        "-f",
+        &demo.sample("example-foo.yaml"),
+        "--wait=true",
+    ])?;
+    Ok(())
+}
+
 fn foo_scene(demo: &Demo) -> Result<()> {
     println!("\n== Foo: the seed's example-foo gets an nginx Deployment it owns");
     demo.show(&["apply", "-n", NAMESPACE, "-f", &demo.sample("foo.yaml")])?;
-    demo.wait("foo/example-foo", ".status.availableReplicas", "1")?;
-    demo.show(&["get", "-n", NAMESPACE, "foo,deployment", "-o", "wide"])?;
+    demo.wait(
+        "foos.samplecontroller.k8s.io/example-foo",
+        ".status.availableReplicas",
+        "1",
+    )?;
+    demo.show(&[
+        "get",
+        "-n",
+        NAMESPACE,
+        "foos.samplecontroller.k8s.io,deployments",
+        "-o",
+        "wide",
+    ])?;
 
     println!("\n== Foo: scaled from 1 to 3, availableReplicas follows");
     demo.show(&[
         "patch",
         "-n",
         NAMESPACE,
-        "foo",
+        "foos.samplecontroller.k8s.io",
         "example-foo",
         "--type=merge",
         "-p",
         r#"{"spec":{"replicas":3}}"#,
     ])?;
-    demo.wait("foo/example-foo", ".status.availableReplicas", "3")?;
+    demo.wait(
+        "foos.samplecontroller.k8s.io/example-foo",
+        ".status.availableReplicas",
+        "3",
+    )?;
     demo.show(&[
         "get",
         "-n",
         NAMESPACE,
-        "foo/example-foo",
+        "foos.samplecontroller.k8s.io/example-foo",
         "deployment/example-foo",
     ])?;
 
@@ -186,8 +263,19 @@ fn foo_scene(demo: &Demo) -> Result<()> {
     ])?;
     let colliding = "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata:\n  name: colliding\nspec:\n  deploymentName: someone-elses\n  replicas: 1\n";
     apply_stdin(demo, colliding)?;
-    demo.wait("foo/colliding", READY_REASON, "ResourceExists")?;
-    demo.show(&["get", "-n", NAMESPACE, "foo/colliding", "-o", "wide"])?;
+    demo.wait(
+        "foos.samplecontroller.k8s.io/colliding",
+        READY_REASON,
+        "ResourceExists",
+    )?;
+    demo.show(&[
+        "get",
+        "-n",
+        NAMESPACE,
+        "foos.samplecontroller.k8s.io/colliding",
+        "-o",
+        "wide",
+    ])?;
     demo.show(&[
         "get",
         "events.events.k8s.io",
@@ -199,7 +287,14 @@ fn foo_scene(demo: &Demo) -> Result<()> {
     println!(
         "\n== Foo: deleting it deletes its Deployment (the garbage collector follows the owner reference)"
     );
-    demo.show(&["delete", "-n", NAMESPACE, "foo", "example-foo", "--wait=true"])?;
+    demo.show(&[
+        "delete",
+        "-n",
+        NAMESPACE,
+        "foos.samplecontroller.k8s.io",
+        "example-foo",
+        "--wait=true",
+    ])?;
     demo.quiet(&[
         "wait",
         "-n",
@@ -329,6 +424,7 @@ fn start_operator(cluster: &LocalCluster) -> Result<Child> {
     let log = std::fs::File::create(cluster.logs_dir().join("sample-operator.log"))?;
     let child = Command::new(binary(&root))
         .args(["run", "--http-address=127.0.0.1:0"])
+        .arg("--controllers=network,foo,foo-example,my-custom-resource")
         .arg(format!("--kubeconfig={}", cluster.kubeconfig().display()))
         .stdout(log.try_clone()?)
         .stderr(log)

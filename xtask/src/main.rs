@@ -34,6 +34,8 @@ enum Cmd {
     /// Benchmark our Foo controller against its Go peers on an apiserver of its own (see
     /// bench/RESULTS.md); takes long at the default sizes.
     Bench(bench::BenchArgs),
+    /// Write the CRD manifests (deploy/crds/ and the chart's copies) from the Rust types.
+    Crds,
     /// Run the kubectl built here against the local cluster.
     Kubectl {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -51,6 +53,32 @@ enum ClusterCmd {
     Status,
     /// Only build (or find in the cache) the control-plane binaries.
     Build,
+}
+
+/// Where the generated CRD manifests go: the default CRDs, and the example.com Foo's, each as
+/// plain manifests and as the chart's copy (its `crds/` folder installs the default ones; a
+/// template installs the example.com one when asked).
+const CRD_FILES: [(&str, bool); 4] = [
+    ("deploy/crds/crds.yaml", false),
+    ("deploy/helm/sample-operator/crds/crds.yaml", false),
+    ("deploy/crds/example.com/foos.yaml", true),
+    ("deploy/helm/sample-operator/files/foos.example.com.yaml", true),
+];
+
+fn write_crds() -> Result<()> {
+    let root = paths::repo_root();
+    for (path, example_com) in CRD_FILES {
+        let crds = if example_com {
+            sample_operator_api::example_com_crds()
+        } else {
+            sample_operator_api::crds()
+        };
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().context("a folder")?)?;
+        std::fs::write(&path, sample_operator_api::crds_yaml(&crds)?)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -98,6 +126,7 @@ fn run(args: Args) -> Result<ExitCode> {
             );
         }
         Cmd::Demo => runtime.block_on(demo::run(&cluster))?,
+        Cmd::Crds => write_crds()?,
         Cmd::Test { cargo_test_args } => return test(&runtime, &cluster, &cargo_test_args),
         Cmd::Kubectl { args } => return kubectl(&cluster, &args),
         Cmd::Bench(args) => runtime.block_on(bench::run(args))?,
