@@ -40,6 +40,24 @@ use crate::ip::{IpFamily, IpPrefix, parse_ip};
     ),
     printcolumn(name = "Family", type_ = "string", json_path = ".status.family", priority = 1),
     printcolumn(
+        name = "Backend",
+        type_ = "string",
+        json_path = ".status.backend.provider",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Backend ID",
+        type_ = "string",
+        json_path = ".status.backend.id",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Subnet ID",
+        type_ = "string",
+        json_path = ".status.backend.subnetId",
+        priority = 1
+    ),
+    printcolumn(
         name = "Usable",
         type_ = "string",
         json_path = ".status.usableAddresses",
@@ -100,11 +118,15 @@ pub struct NetworkStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct BackendReference {
-    /// The backend: `multus` (a NetworkAttachmentDefinition in the Network's namespace).
+    /// The backend: `multus` (a NetworkAttachmentDefinition in the Network's namespace) or
+    /// `neutron` (an OpenStack Neutron network with one subnet).
     pub provider: String,
     /// The backend's identifier of the network: for `multus`, the NetworkAttachmentDefinition's
-    /// name; for an external IPAM, its own id.
+    /// name; for `neutron`, the Neutron network's id.
     pub id: String,
+    /// For `neutron`, the id of the network's subnet, which holds the prefix and the gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet_id: Option<String>,
 }
 
 /// What a valid spec means: the prefix in canonical form and the gateway inside it.

@@ -11,6 +11,9 @@ use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, CustomResourceExt};
 
+use crate::network::BackendConfig;
+use crate::network::backend::neutron::NeutronConfig;
+use crate::network::backend::neutron::client::CloudSource;
 use crate::runtime::Telemetry;
 use crate::runtime::leader::{LeaseConfig, Outcome};
 use crate::runtime::requests::RequestCounter;
@@ -90,6 +93,88 @@ pub struct RunArgs {
     pub drain_seconds: u64,
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
+    #[command(flatten)]
+    pub network_backend: NetworkBackendArgs,
+}
+
+/// Where the Network controller syncs Networks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetworkBackendName {
+    /// A Multus NetworkAttachmentDefinition per Network.
+    Multus,
+    /// An OpenStack Neutron network and subnet per Network (the seeds' backend).
+    Neutron,
+}
+
+/// The Network controller's backend, and for Neutron the cloud, as OpenStack's tools take it.
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Network backend")]
+pub struct NetworkBackendArgs {
+    /// The backend Networks are synced to.
+    #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_BACKEND", value_enum, default_value_t = NetworkBackendName::Multus)]
+    pub network_backend: NetworkBackendName,
+    /// Neutron: the cloud in clouds.yaml (read from OS_CLIENT_CONFIG_FILE, ./clouds.yaml,
+    /// ~/.config/openstack/ and /etc/openstack/); without it the OS_* variables describe the
+    /// cloud (OS_AUTH_URL, OS_APPLICATION_CREDENTIAL_ID, OS_USERNAME, ...).
+    #[arg(long, env = "OS_CLOUD")]
+    pub os_cloud: Option<String>,
+    /// Neutron: a clouds.yaml to read besides the usual places.
+    #[arg(long, env = "OS_CLIENT_CONFIG_FILE", value_name = "PATH")]
+    pub os_client_config_file: Option<PathBuf>,
+    /// Neutron: the region whose network endpoint the Keystone catalog gives (overrides the
+    /// cloud's region_name).
+    #[arg(long, env = "OS_REGION_NAME")]
+    pub os_region_name: Option<String>,
+    /// Neutron: the endpoint interface (public, internal or admin; overrides the cloud's).
+    #[arg(long, env = "OS_INTERFACE")]
+    pub os_interface: Option<String>,
+    /// Neutron: the cluster's identity in the tags of what the operator creates, so that
+    /// clusters can share a project; the kube-system namespace's UID when unset.
+    #[arg(long, env = "SAMPLE_OPERATOR_CLUSTER_ID")]
+    pub cluster_id: Option<String>,
+    /// Neutron: how often to list Neutron and repair what differs from the Networks, in
+    /// seconds (also after every Network change).
+    #[arg(long, env = "SAMPLE_OPERATOR_NEUTRON_RESYNC_SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub neutron_resync_seconds: u64,
+}
+
+impl NetworkBackendArgs {
+    /// The backend's configuration; for Neutron, the cloud's configuration is read once now so
+    /// that a missing or wrong one ends the start with one line.
+    pub async fn config(&self, client: &kube::Client) -> Result<BackendConfig, String> {
+        if self.network_backend == NetworkBackendName::Multus {
+            return Ok(BackendConfig::Multus);
+        }
+        let source = CloudSource {
+            cloud: self.os_cloud.clone(),
+            config_file: self.os_client_config_file.clone(),
+            region: self.os_region_name.clone(),
+            interface: self.os_interface.clone(),
+        };
+        source
+            .load()
+            .map_err(|e| format!("--network-backend neutron: {e}"))?;
+        let cluster_id = match &self.cluster_id {
+            Some(id) => id.clone(),
+            None => {
+                let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+                    kube::Api::all(client.clone());
+                namespaces
+                    .get("kube-system")
+                    .await
+                    .ok()
+                    .and_then(|ns| ns.metadata.uid)
+                    .ok_or("--network-backend neutron: cannot read the kube-system namespace's UID to identify the cluster; give --cluster-id")?
+            }
+        };
+        crate::network::backend::neutron::model::validate_cluster_id(&cluster_id)
+            .map_err(|e| format!("--cluster-id: {e}"))?;
+        Ok(BackendConfig::Neutron(NeutronConfig {
+            source,
+            cluster_id,
+            resync: Duration::from_secs(self.neutron_resync_seconds),
+        }))
+    }
 }
 
 /// Leader election among replicas.
@@ -228,6 +313,10 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         ..RunConfig::default()
     };
     preflight(&client, &run, &server).await?;
+    let run = RunConfig {
+        network_backend: args.network_backend.config(&client).await?,
+        ..run
+    };
     // Logging starts once the cluster is known to be usable: until then, a failure is reported
     // as the one line of `fail`, not interleaved with the client's own error logs.
     init_logging(&args);

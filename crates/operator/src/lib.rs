@@ -23,8 +23,8 @@ use runtime::{Shared, Telemetry};
 /// The controllers this operator runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum ControllerName {
-    /// Network: syncs networks to a backend, Multus NetworkAttachmentDefinitions (the
-    /// samplecrd tutorials).
+    /// Network: syncs networks to a backend, Multus NetworkAttachmentDefinitions or OpenStack
+    /// Neutron (the samplecrd tutorials).
     Network,
     /// Foo (samplecontroller.k8s.io): owns an nginx Deployment (kubernetes/sample-controller).
     Foo,
@@ -69,6 +69,8 @@ pub struct RunConfig {
     /// How the MyCustomResource controller watches Pods: metadata only, except when measuring
     /// what that saves.
     pub pod_watch: my_custom_resource::PodWatch,
+    /// Where the Network controller syncs Networks to.
+    pub network_backend: network::BackendConfig,
 }
 
 impl Default for RunConfig {
@@ -80,6 +82,7 @@ impl Default for RunConfig {
             resync: None,
             instance: default_instance(),
             pod_watch: my_custom_resource::PodWatch::Metadata,
+            network_backend: network::BackendConfig::Multus,
         }
     }
 }
@@ -126,9 +129,11 @@ pub async fn run_with(
     for name in &shared.config.controllers {
         let (shared, stopped) = (shared.clone(), stopped());
         controllers.push(match name {
-            ControllerName::Network => {
-                tokio::spawn(async move { runtime::run(&shared, network::wiring(&shared), stopped).await })
-            }
+            ControllerName::Network => tokio::spawn(network::run_selected(
+                shared,
+                kube::runtime::watcher::Config::default(),
+                stopped,
+            )),
             ControllerName::Foo => {
                 tokio::spawn(async move { runtime::run(&shared, foo::wiring::<Foo>(&shared), stopped).await })
             }

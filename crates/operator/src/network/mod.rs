@@ -2,8 +2,9 @@
 //! synced to a network backend, a `Synced` event on success, failures retried through a
 //! rate-limited queue) with the parts the seeds leave as "FIX ME" made real.
 //!
-//! Each Network is materialised in a backend ([`backend::NetworkBackend`]; the first one,
-//! [`backend::multus`], as a Multus NetworkAttachmentDefinition). Reconcile runs inside kube's
+//! Each Network is materialised in a backend ([`backend::NetworkBackend`]): [`backend::multus`]
+//! as a Multus NetworkAttachmentDefinition (the default), or [`backend::neutron`] as an
+//! OpenStack Neutron network and subnet. Reconcile runs inside kube's
 //! [`finalizer`] helper, so that deletion waits for the backend to let go of the network, even
 //! a deletion that happened while the operator was down. Applying a Network is a short
 //! pipeline:
@@ -39,6 +40,7 @@ use sample_operator_api::Network;
 
 use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Wiring};
 use backend::multus::{self, Multus, NetworkAttachmentDefinition};
+use backend::neutron::{Neutron, NeutronConfig};
 use backend::{BackendError, NetworkBackend};
 use conflicts::PrefixIndex;
 use status::Observed;
@@ -84,10 +86,19 @@ impl ReconcileError for Error {
     fn max_delay(&self) -> Duration {
         match self {
             // Installing the CRD changes nothing the controller watches (its own watch of the
-            // definitions retries with a backoff of its own).
-            Error::Backend(BackendError::Unavailable(_)) => Duration::from_secs(10),
-            // The foreign object carries no label of ours, so its removal is not watched.
-            Error::Backend(BackendError::NotOwned(_)) => Duration::from_secs(30),
+            // definitions retries with a backoff of its own); nor does a backend's return.
+            Error::Backend(BackendError::Unavailable(_) | BackendError::Unreachable(_)) => {
+                Duration::from_secs(10)
+            }
+            // The foreign object carries no label of ours, so its removal is not watched; nor
+            // are fixed credentials, a raised quota or the end of a conflict.
+            Error::Backend(
+                BackendError::NotOwned(_)
+                | BackendError::AuthFailed(_)
+                | BackendError::Misconfigured(_)
+                | BackendError::QuotaExceeded(_)
+                | BackendError::Conflict(_),
+            ) => Duration::from_secs(30),
             _ => Duration::MAX,
         }
     }
@@ -111,14 +122,26 @@ pub struct NetworkReconciler<B> {
     backend: B,
 }
 
-/// The controller of every Network in the watched namespaces, on the Multus backend.
-pub fn wiring(shared: &Shared) -> Wiring<NetworkReconciler<Multus>> {
-    wiring_selected(shared, watcher::Config::default())
+/// Which backend the Network controller syncs Networks to (`--network-backend`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BackendConfig {
+    /// A Multus NetworkAttachmentDefinition per Network.
+    #[default]
+    Multus,
+    /// An OpenStack Neutron network and subnet per Network.
+    Neutron(NeutronConfig),
 }
 
-/// [`wiring`] for the Networks that `selection` selects (by label or field) among the watched
-/// namespaces. Tests use it to run across all namespaces on their own Networks only.
-pub fn wiring_selected(shared: &Shared, selection: watcher::Config) -> Wiring<NetworkReconciler<Multus>> {
+/// What every backend's wiring starts from: the Network watch, with the conflicts index it
+/// feeds and the neighbours it finds.
+struct Primary {
+    controller: Controller<Network>,
+    conflicts: PrefixIndex,
+    own_writes: crate::runtime::own_writes::OwnWrites<Network>,
+    synced: crate::runtime::Synced,
+}
+
+fn primary(shared: &Shared, selection: watcher::Config) -> Primary {
     let conflicts = PrefixIndex::default();
     // The Networks whose conflict decision a watch event may have changed: the index finds
     // them as it follows the stream, and the controller reconciles them.
@@ -136,6 +159,23 @@ pub fn wiring_selected(shared: &Shared, selection: watcher::Config) -> Wiring<Ne
             }
         },
     );
+    Primary {
+        controller: Controller::for_stream(networks.events, networks.store).reconcile_on(neighbours),
+        conflicts,
+        own_writes: networks.own_writes,
+        synced: networks.synced,
+    }
+}
+
+/// The controller of every Network in the watched namespaces, on the Multus backend.
+pub fn wiring(shared: &Shared) -> Wiring<NetworkReconciler<Multus>> {
+    wiring_selected(shared, watcher::Config::default())
+}
+
+/// [`wiring`] for the Networks that `selection` selects (by label or field) among the watched
+/// namespaces. Tests use it to run across all namespaces on their own Networks only.
+pub fn wiring_selected(shared: &Shared, selection: watcher::Config) -> Wiring<NetworkReconciler<Multus>> {
+    let primary = primary(shared, selection);
     // While the CRD is missing this watch fails and retries with backoff; the controller goes on.
     let definitions = shared.watch_cache(
         shared.api::<NetworkAttachmentDefinition>(),
@@ -146,29 +186,57 @@ pub fn wiring_selected(shared: &Shared, selection: watcher::Config) -> Wiring<Ne
     );
     Wiring {
         name: CONTROLLER,
-        controller: Controller::for_stream(networks.events, networks.store)
-            .owns_stream(definitions.events)
-            .reconcile_on(neighbours),
+        controller: primary.controller.owns_stream(definitions.events),
         reconciler: NetworkReconciler {
-            conflicts,
+            conflicts: primary.conflicts,
             backend: Multus::new(shared.client.clone(), definitions.store, definitions.synced),
         },
-        own_writes: networks.own_writes,
+        own_writes: primary.own_writes,
         // Until every Network is listed, an older overlapping one could be missing from the
         // index, and a newer Network would be synced only to be refused a moment later. Not
         // waiting for the definitions: their cache never fills while Multus is missing, and the
         // controller works (and reports) without it.
-        caches: vec![networks.synced],
+        caches: vec![primary.synced],
     }
 }
 
-/// Runs the Network controller on the Networks `selection` selects until `shutdown` completes.
+/// The controller of the Networks `selection` selects, on the Neutron backend: no watch of
+/// Neutron exists, so besides Network events it reconciles every Network after each periodic
+/// listing of Neutron (see [`neutron`](backend::neutron)).
+pub fn wiring_neutron(
+    shared: &Shared,
+    selection: watcher::Config,
+    config: NeutronConfig,
+) -> Wiring<NetworkReconciler<Neutron>> {
+    let primary = primary(shared, selection);
+    let (backend, resyncs) = Neutron::new(config, shared.metrics.clone());
+    Wiring {
+        name: CONTROLLER,
+        controller: primary.controller.reconcile_all_on(resyncs),
+        reconciler: NetworkReconciler {
+            conflicts: primary.conflicts,
+            backend,
+        },
+        own_writes: primary.own_writes,
+        caches: vec![primary.synced],
+    }
+}
+
+/// Runs the Network controller, on the configured backend, on the Networks `selection`
+/// selects until `shutdown` completes.
 pub async fn run_selected(
     shared: Shared,
     selection: watcher::Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    crate::runtime::run(&shared, wiring_selected(&shared, selection), shutdown).await
+    match shared.config.network_backend.clone() {
+        BackendConfig::Multus => {
+            crate::runtime::run(&shared, wiring_selected(&shared, selection), shutdown).await
+        }
+        BackendConfig::Neutron(config) => {
+            crate::runtime::run(&shared, wiring_neutron(&shared, selection, config), shutdown).await
+        }
+    }
 }
 
 impl<B: NetworkBackend> Reconciler for NetworkReconciler<B> {

@@ -16,9 +16,11 @@ pub mod reason {
     pub use crate::runtime::status::reason::{INVALID_SPEC, RESOURCE_EXISTS};
     /// An older Network of the namespace has an overlapping prefix.
     pub const CIDR_CONFLICT: &str = "CIDRConflict";
-    /// The backend is not there (for Multus: its CRD is not installed).
+    /// The backend is not there (for Multus: its CRD is not installed; for Neutron: Keystone
+    /// or neutron-server cannot be reached).
     pub const BACKEND_UNAVAILABLE: &str = "BackendUnavailable";
-    /// Any other failure of the backend; retried.
+    /// Any other failure of the backend; retried. The other backend reasons
+    /// (`BackendAuthFailed`, `BackendQuotaExceeded`, ...) are [`BackendError::reason`]s.
     pub const BACKEND_ERROR: &str = "BackendError";
 }
 
@@ -54,16 +56,18 @@ pub fn desired(network: &Network, observed: Observed<'_>) -> NetworkStatus {
             format!("{} is synced to {}", addressing.prefix, ensured.description),
         ),
         Observed::BackendFailed(addressing, error) => {
-            let (reason, backend) = match error {
-                BackendError::Unavailable(_) => (reason::BACKEND_UNAVAILABLE, None),
-                BackendError::NotOwned(_) => (reason::RESOURCE_EXISTS, None),
-                // A failed request says nothing about what the backend holds: keep what
-                // was last known.
-                BackendError::MissingObjectKey(_) | BackendError::Request { .. } => {
-                    (reason::BACKEND_ERROR, previous.backend.clone())
-                }
-            };
-            (Some(addressing), backend, false, reason, error.to_string())
+            // A failed request says nothing about what the backend holds: keep what was last
+            // known, unless the failure says it is not ours.
+            let backend = (!error.forgets_reference())
+                .then(|| previous.backend.clone())
+                .flatten();
+            (
+                Some(addressing),
+                backend,
+                false,
+                error.reason(),
+                error.to_string(),
+            )
         }
     };
     NetworkStatus {
@@ -114,6 +118,7 @@ mod tests {
             reference: BackendReference {
                 provider: "multus".into(),
                 id: "blue".into(),
+                subnet_id: None,
             },
             description: r#"NetworkAttachmentDefinition "blue""#.into(),
         }

@@ -47,6 +47,14 @@ struct ResourceLabels {
     resource: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendRequestLabels {
+    backend: &'static str,
+    method: &'static str,
+    resource: &'static str,
+    result: &'static str,
+}
+
 /// Every metric of one operator process.
 pub struct Metrics {
     registry: Registry,
@@ -59,6 +67,7 @@ pub struct Metrics {
     watch_restarts: Family<ResourceLabels, Counter>,
     watch_errors: Family<ResourceLabels, Counter>,
     events: Family<EventLabels, Counter>,
+    backend_requests: Family<BackendRequestLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -127,6 +136,12 @@ impl Metrics {
         );
         let events = Family::<EventLabels, Counter>::default();
         registry.register("events", "Events by result: published or failed", events.clone());
+        let backend_requests = Family::<BackendRequestLabels, Counter>::default();
+        registry.register(
+            "backend_requests",
+            "Requests to an external network backend (Neutron, Keystone) by method, resource and result: ok or the failure's reason",
+            backend_requests.clone(),
+        );
         registry.register_collector(Box::new(ApiRequests(requests)));
         registry.register_collector(Box::new(ProcessCollector {
             start: Instant::now(),
@@ -142,6 +157,7 @@ impl Metrics {
             watch_restarts,
             watch_errors,
             events,
+            backend_requests,
         }
     }
 
@@ -208,6 +224,24 @@ impl Metrics {
     pub fn watch_failed(&self, resource: &'static str) {
         self.watch_errors
             .get_or_create(&ResourceLabels { resource })
+            .inc();
+    }
+
+    /// Counts a request to an external backend; `result` is `ok` or the failure's reason.
+    pub fn backend_request(
+        &self,
+        backend: &'static str,
+        method: &'static str,
+        resource: &'static str,
+        result: &'static str,
+    ) {
+        self.backend_requests
+            .get_or_create(&BackendRequestLabels {
+                backend,
+                method,
+                resource,
+                result,
+            })
             .inc();
     }
 

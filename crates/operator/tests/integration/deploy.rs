@@ -200,4 +200,49 @@ async fn the_helm_chart_renders_what_its_values_say_and_passes_a_dry_run() {
             .any(|a| a == "--controllers=network,foo,foo-example,my-custom-resource"),
         "{args:?}"
     );
+
+    // The Neutron backend: the cloud's options, and clouds.yaml from a Secret where the
+    // operator looks for it.
+    let output = tokio::process::Command::new(local_cluster::toolchain::helm().unwrap())
+        .args([
+            "template",
+            "sample-operator",
+            &format!("{ROOT}/deploy/helm/sample-operator"),
+            "--namespace",
+            "sample-operator",
+            "--set",
+            "networkBackend=neutron,neutron.cloud=prod,neutron.cloudsSecret=openstack-clouds,neutron.region=RegionTwo,neutron.clusterId=east-1",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rendered = documents(&String::from_utf8(output.stdout).unwrap());
+    for object in &rendered {
+        dry_run(&client, object).await;
+    }
+    let deployment = rendered.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let args = pod["containers"][0]["args"].as_array().unwrap();
+    for expected in [
+        "--network-backend=neutron",
+        "--os-cloud=prod",
+        "--os-region-name=RegionTwo",
+        "--cluster-id=east-1",
+        "--neutron-resync-seconds=300",
+    ] {
+        assert!(
+            args.iter().any(|a| a == expected),
+            "{expected} missing from {args:?}"
+        );
+    }
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "openstack-clouds");
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"][0]["mountPath"],
+        "/etc/openstack"
+    );
 }

@@ -1,11 +1,12 @@
-//! Where Networks are materialised, behind a small trait so that more backends can follow.
-//!
-//! The first backend, [`multus`], keeps each Network as a Multus NetworkAttachmentDefinition in
-//! the Network's namespace. An external SDN or IPAM (OpenStack Neutron, which the seeds leave as
-//! a "FIX ME") would be the next: it implements the same two operations against its own API
-//! and reports its identifiers in [`BackendReference`], which the Network's status keeps.
+//! Where Networks are materialised, behind a small trait: [`multus`] keeps each Network as a
+//! Multus NetworkAttachmentDefinition in the Network's namespace; [`neutron`] as an OpenStack
+//! Neutron network with a subnet (the seeds' own backend, their "FIX ME"). Each reports its
+//! identifiers in [`BackendReference`], which the Network's status keeps.
 
 pub mod multus;
+pub mod neutron;
+
+use std::sync::Arc;
 
 use sample_operator_api::{Addressing, BackendReference, Network};
 
@@ -41,16 +42,36 @@ pub trait NetworkBackend: Send + Sync + 'static {
 }
 
 /// What can go wrong in a backend. The reasons are the `Ready` condition's reasons and the
-/// labels in logs and metrics.
-#[derive(Debug, thiserror::Error)]
+/// labels in logs and metrics; the messages say what to do.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum BackendError {
-    /// The backend is not there: for Multus, its CRD is not installed. Retried, since installing
-    /// it fixes the Network without any change to it.
+    /// The backend is not there: for Multus, its CRD is not installed. Retried, since
+    /// installing it fixes the Network without any change to it.
     #[error("{0}")]
     Unavailable(String),
+    /// The backend cannot be reached now (for Neutron: Keystone or neutron-server down or
+    /// unreachable); what it holds is still there. Retried.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The backend refused our credentials, or the right to act.
+    #[error("{0}")]
+    AuthFailed(String),
+    /// The backend's configuration cannot be read or names nothing usable.
+    #[error("{0}")]
+    Misconfigured(String),
+    /// The backend's quota for the project is used up.
+    #[error("{0}")]
+    QuotaExceeded(String),
+    /// A concurrent change, or an object in use (HTTP 409 or 412).
+    #[error("{0}")]
+    Conflict(String),
     /// The backend has an object of the Network's name that the Network does not own.
     #[error("{0}")]
     NotOwned(String),
+    /// An object the backend was asked about is not there (a backend handles it where gone is
+    /// fine, as in deletes).
+    #[error("{0}")]
+    NotFound(String),
     /// The Network lacks what the backend needs to name or own its object.
     #[error("the Network has no {0}")]
     MissingObjectKey(&'static str),
@@ -59,18 +80,41 @@ pub enum BackendError {
     Request {
         action: &'static str,
         #[source]
-        source: kube::Error,
+        source: Arc<kube::Error>,
     },
+    /// Any other failure of the backend, such as an HTTP 500.
+    #[error("{0}")]
+    Failed(String),
 }
 
 impl BackendError {
     /// A short, stable name of the failure: the `Ready` reason, for logs and metrics.
     pub fn reason(&self) -> &'static str {
         match self {
-            BackendError::Unavailable(_) => "BackendUnavailable",
+            BackendError::Unavailable(_) | BackendError::Unreachable(_) => "BackendUnavailable",
+            BackendError::AuthFailed(_) => "BackendAuthFailed",
+            BackendError::Misconfigured(_) => "BackendMisconfigured",
+            BackendError::QuotaExceeded(_) => "BackendQuotaExceeded",
+            BackendError::Conflict(_) => "BackendConflict",
             BackendError::NotOwned(_) => "ResourceExists",
-            BackendError::MissingObjectKey(_) => "MissingObjectKey",
-            BackendError::Request { .. } => "BackendError",
+            BackendError::MissingObjectKey(_)
+            | BackendError::NotFound(_)
+            | BackendError::Request { .. }
+            | BackendError::Failed(_) => "BackendError",
+        }
+    }
+
+    /// Whether the failure says the backend's object is not there (as far as we know): the
+    /// status then drops its reference. Other failures say nothing of what the backend holds.
+    pub fn forgets_reference(&self) -> bool {
+        matches!(self, BackendError::NotOwned(_) | BackendError::Unavailable(_))
+    }
+
+    /// A Kubernetes API failure while `action`.
+    pub fn request(action: &'static str, source: kube::Error) -> Self {
+        BackendError::Request {
+            action,
+            source: Arc::new(source),
         }
     }
 }

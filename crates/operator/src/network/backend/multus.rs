@@ -209,10 +209,10 @@ impl Multus {
             // 404 (not a NotFound status, which `get_opt` maps to `None`). Nothing there
             // either way; creating it says whether the CRD is missing.
             Err(e) if is_status(&e, 404) => Ok(None),
-            Err(source) => Err(BackendError::Request {
-                action: "reading NetworkAttachmentDefinition",
+            Err(source) => Err(BackendError::request(
+                "reading NetworkAttachmentDefinition",
                 source,
-            }),
+            )),
         }
     }
 }
@@ -250,6 +250,7 @@ impl NetworkBackend for Multus {
             reference: BackendReference {
                 provider: PROVIDER.into(),
                 id: name.clone(),
+                subnet_id: None,
             },
             description: format!("{KIND} {name:?}"),
         };
@@ -260,17 +261,16 @@ impl NetworkBackend for Multus {
             // else's, or ours with its label removed), the create says so and it is read.
             None => match children::create(&api, &desired).await {
                 Ok(Some(_)) => return Ok(ensured(true)),
-                Ok(None) => Arc::new(api.get(&name).await.map_err(|source| BackendError::Request {
-                    action: "reading NetworkAttachmentDefinition",
-                    source,
+                Ok(None) => Arc::new(api.get(&name).await.map_err(|source| {
+                    BackendError::request("reading NetworkAttachmentDefinition", source)
                 })?),
                 // The namespace exists (the Network is in it), so the resource does not.
                 Err(e) if is_status(&e, 404) => return Err(unavailable()),
                 Err(source) => {
-                    return Err(BackendError::Request {
-                        action: "creating NetworkAttachmentDefinition",
+                    return Err(BackendError::request(
+                        "creating NetworkAttachmentDefinition",
                         source,
-                    });
+                    ));
                 }
             },
         };
@@ -290,10 +290,7 @@ impl NetworkBackend for Multus {
             &Patch::Apply(&patch),
         )
         .await
-        .map_err(|source| BackendError::Request {
-            action: "applying NetworkAttachmentDefinition",
-            source,
-        })?;
+        .map_err(|source| BackendError::request("applying NetworkAttachmentDefinition", source))?;
         Ok(ensured(true))
     }
 
@@ -312,10 +309,10 @@ impl NetworkBackend for Multus {
         // Only the object that was checked: never a same-named successor.
         match children::delete(&self.api(&namespace), &*observed).await {
             Ok(deleted) => Ok(deleted),
-            Err(source) => Err(BackendError::Request {
-                action: "deleting NetworkAttachmentDefinition",
+            Err(source) => Err(BackendError::request(
+                "deleting NetworkAttachmentDefinition",
                 source,
-            }),
+            )),
         }
     }
 }

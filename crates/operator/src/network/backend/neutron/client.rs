@@ -1,0 +1,578 @@
+//! The connection to Neutron: a session of the OpenStack SDK (`openstack_sdk`), the few requests
+//! this backend sends, and what their failures mean.
+//!
+//! The SDK does the hard parts: clouds.yaml and `OS_*` parsing, Keystone authentication
+//! (password, token, application credential), the service catalog (region and interface),
+//! version discovery, re-authentication on a 401 and renewal before the token expires. The
+//! session is made lazily and made again after an authentication failure, reading the
+//! configuration anew each time, so credentials fixed in clouds.yaml (a Secret's volume is
+//! updated in place) are taken without a restart.
+//!
+//! Lists, updates and deletes are the SDK's own requests. Creates are ours ([`Create`], a
+//! `RestEndpoint` the SDK still sends, authenticates and retries): the SDK's generated create
+//! requests have no `tags` field, and a network created first and tagged after would, were the
+//! operator stopped in between, be an untagged network of the Network's name: somebody else's,
+//! by the ownership rule. Neutron takes `tags` in the body of a create.
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use openstack_sdk::api::network::v2::{network, subnet};
+use openstack_sdk::api::rest_endpoint_prelude::*;
+use openstack_sdk::api::{ApiError, Pagination, QueryAsync, ignore, paged};
+use openstack_sdk::config::{CloudConfig, ConfigFile};
+use openstack_sdk::{AsyncOpenStack, RenewHandle, RestError};
+use serde_json::{Value, json};
+
+use super::model::{Desired, NeutronNetwork, NeutronSubnet};
+use crate::network::backend::BackendError;
+use crate::runtime::metrics::Metrics;
+use std::sync::Arc;
+
+/// Where the cloud's configuration comes from, as every OpenStack tool takes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CloudSource {
+    /// A cloud of clouds.yaml (`--os-cloud`, `OS_CLOUD`); `None` takes the `OS_*` variables.
+    pub cloud: Option<String>,
+    /// A clouds.yaml to read besides the usual places (`OS_CLIENT_CONFIG_FILE`).
+    pub config_file: Option<PathBuf>,
+    /// Overrides the cloud's `region_name`.
+    pub region: Option<String>,
+    /// Overrides the cloud's endpoint interface (`public`, `internal`, `admin`).
+    pub interface: Option<String>,
+}
+
+impl CloudSource {
+    /// Reads the configuration now. The message names what to fix.
+    pub fn load(&self) -> Result<CloudConfig, String> {
+        let mut config = match &self.cloud {
+            Some(name) => {
+                if let Some(file) = &self.config_file
+                    && !file.is_file()
+                {
+                    return Err(format!("the clouds.yaml {} does not exist", file.display()));
+                }
+                let files =
+                    ConfigFile::new_with_user_specified_configs(self.config_file.as_ref(), None::<PathBuf>)
+                        .map_err(|e| format!("reading clouds.yaml: {e}"))?;
+                files
+                    .get_cloud_config(name)
+                    .map_err(|e| format!("reading cloud {name:?} of clouds.yaml: {e}"))?
+                    .ok_or_else(|| {
+                        format!(
+                            "no cloud {name:?} in clouds.yaml (searched {}./clouds.yaml, \
+                             ~/.config/openstack/ and /etc/openstack/; clouds found: {:?})",
+                            self.config_file
+                                .as_ref()
+                                .map(|f| format!("{}, ", f.display()))
+                                .unwrap_or_default(),
+                            files.get_available_clouds()
+                        )
+                    })?
+            }
+            None => {
+                let config =
+                    CloudConfig::from_env().map_err(|e| format!("reading the OS_* variables: {e}"))?;
+                if config.auth.as_ref().and_then(|a| a.auth_url.as_ref()).is_none() {
+                    return Err(
+                        "no OpenStack cloud configured: give --os-cloud (OS_CLOUD) with a \
+                                clouds.yaml, or the OS_AUTH_URL and credential OS_* variables"
+                            .into(),
+                    );
+                }
+                config
+            }
+        };
+        if let Some(region) = &self.region {
+            config.region_name = Some(region.clone());
+        }
+        if let Some(interface) = &self.interface {
+            config.interface = Some(interface.clone());
+        }
+        // Tokens stay in memory: the root filesystem of the operator's container is read-only,
+        // and a token on disk is a secret on disk.
+        config.auth_cache = Some(false);
+        Ok(config)
+    }
+
+    /// The cloud's name for messages.
+    pub fn describe(&self) -> String {
+        match &self.cloud {
+            Some(name) => format!("cloud {name:?}"),
+            None => "the OS_* cloud".into(),
+        }
+    }
+}
+
+/// How long an authentication failure is remembered before the next attempt: every Network
+/// retries, and a Keystone may lock an account out after a few failures.
+const AUTH_FAILURE_HOLD: Duration = Duration::from_secs(15);
+/// Per request; a neutron-server that accepts connections but does not answer is down too.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+struct Connected {
+    client: AsyncOpenStack,
+    _renewal: RenewHandle,
+}
+
+/// A lazily made, shared SDK session, counted in the metrics.
+pub struct Session {
+    source: CloudSource,
+    state: tokio::sync::Mutex<SessionState>,
+    metrics: Arc<Metrics>,
+}
+
+#[derive(Default)]
+struct SessionState {
+    connected: Option<Connected>,
+    failed: Option<(Instant, BackendError)>,
+}
+
+impl Session {
+    pub fn new(source: CloudSource, metrics: Arc<Metrics>) -> Self {
+        Self {
+            source,
+            state: Default::default(),
+            metrics,
+        }
+    }
+
+    /// The session, made if there is none; single-flight, so a hundred reconciles make one.
+    async fn client(&self) -> Result<AsyncOpenStack, BackendError> {
+        let mut state = self.state.lock().await;
+        if let Some(connected) = &state.connected {
+            return Ok(connected.client.clone());
+        }
+        if let Some((at, error)) = &state.failed
+            && at.elapsed() < AUTH_FAILURE_HOLD
+        {
+            return Err(error.clone());
+        }
+        let result = self.connect().await;
+        self.count("POST", "tokens", result.as_ref().err());
+        match result {
+            Ok(connected) => {
+                let client = connected.client.clone();
+                state.connected = Some(connected);
+                state.failed = None;
+                Ok(client)
+            }
+            Err(error) => {
+                if matches!(
+                    error,
+                    BackendError::AuthFailed(_) | BackendError::Misconfigured(_)
+                ) {
+                    state.failed = Some((Instant::now(), error.clone()));
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Connected, BackendError> {
+        let config = self.source.load().map_err(BackendError::Misconfigured)?;
+        let client = AsyncOpenStack::builder(&config)
+            .disable_auth_cache(true)
+            .http_timeout(REQUEST_TIMEOUT)
+            .http_connect_timeout(CONNECT_TIMEOUT)
+            .connect()
+            .await
+            .map_err(|e| {
+                classify(
+                    &e,
+                    &format!("authenticating to Keystone as {}", self.source.describe()),
+                )
+            })?;
+        // Renew well before expiry; a 401 in between is re-authenticated by the SDK as well.
+        let renewal = client.enable_auto_renew(chrono::TimeDelta::minutes(5));
+        tracing::info!(cloud = %self.source.describe(), "authenticated to Keystone");
+        Ok(Connected {
+            client,
+            _renewal: renewal,
+        })
+    }
+
+    fn count(&self, method: &'static str, resource: &'static str, error: Option<&BackendError>) {
+        let result = error.map_or("ok", BackendError::reason);
+        self.metrics.backend_request("neutron", method, resource, result);
+    }
+
+    /// Forgets the session after an authentication failure, so that the next request reads the
+    /// configuration again and authenticates anew.
+    async fn forget(&self, error: &BackendError) {
+        if matches!(error, BackendError::AuthFailed(_)) {
+            let mut state = self.state.lock().await;
+            state.connected = None;
+        }
+    }
+
+    /// Sends one request, counting it and translating its failure.
+    async fn send<T, E>(
+        &self,
+        method: &'static str,
+        resource: &'static str,
+        action: &str,
+        endpoint: E,
+    ) -> Result<T, BackendError>
+    where
+        E: QueryAsync<T, AsyncOpenStack> + Sync,
+        T: 'static,
+    {
+        let client = self.client().await?;
+        let result = endpoint
+            .query_async(&client)
+            .await
+            .map_err(|e| classify_api(&e, action));
+        self.count(method, resource, result.as_ref().err());
+        if let Err(error) = &result {
+            self.forget(error).await;
+        }
+        result
+    }
+
+    /// Every network tagged with all of `tags` (and named `name`, when given).
+    pub async fn list_networks(
+        &self,
+        tags: &[String],
+        name: Option<&str>,
+    ) -> Result<Vec<NeutronNetwork>, BackendError> {
+        let mut request = network::list::Request::builder();
+        if !tags.is_empty() {
+            request.tags(tags.iter().map(String::as_str));
+        }
+        if let Some(name) = name {
+            request.name(name);
+        }
+        let request = request.build().map_err(|e| BackendError::Failed(e.to_string()))?;
+        self.send(
+            "GET",
+            "networks",
+            "listing networks",
+            paged(request, Pagination::All),
+        )
+        .await
+    }
+
+    /// Every subnet tagged with all of `tags`.
+    pub async fn list_subnets(&self, tags: &[String]) -> Result<Vec<NeutronSubnet>, BackendError> {
+        let mut request = subnet::list::Request::builder();
+        request.tags(tags.iter().map(String::as_str));
+        let request = request.build().map_err(|e| BackendError::Failed(e.to_string()))?;
+        self.send(
+            "GET",
+            "subnets",
+            "listing subnets",
+            paged(request, Pagination::All),
+        )
+        .await
+    }
+
+    pub async fn create_network(&self, desired: &Desired) -> Result<NeutronNetwork, BackendError> {
+        let body = json!({"name": desired.name, "tags": desired.tags, "admin_state_up": true});
+        self.send(
+            "POST",
+            "networks",
+            "creating the network",
+            Create::new("network", body),
+        )
+        .await
+    }
+
+    pub async fn create_subnet(
+        &self,
+        network_id: &str,
+        desired: &Desired,
+    ) -> Result<NeutronSubnet, BackendError> {
+        let body = json!({
+            "network_id": network_id,
+            "name": desired.name,
+            "ip_version": desired.ip_version(),
+            "cidr": desired.prefix.to_string(),
+            "gateway_ip": desired.gateway.to_string(),
+            "tags": desired.tags,
+        });
+        self.send(
+            "POST",
+            "subnets",
+            "creating the subnet",
+            Create::new("subnet", body),
+        )
+        .await
+    }
+
+    pub async fn rename_network(&self, id: &str, name: &str) -> Result<(), BackendError> {
+        let request = network::set::Request::builder()
+            .id(id)
+            .network(
+                network::set::NetworkBuilder::default()
+                    .name(name)
+                    .build()
+                    .map_err(|e| BackendError::Failed(e.to_string()))?,
+            )
+            .build()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        self.send::<Value, _>("PUT", "networks", "renaming the network", request)
+            .await
+            .map(drop)
+    }
+
+    pub async fn update_subnet(&self, id: &str, desired: &Desired) -> Result<(), BackendError> {
+        let request = subnet::set::Request::builder()
+            .id(id)
+            .subnet(
+                subnet::set::SubnetBuilder::default()
+                    .name(desired.name.as_str())
+                    .gateway_ip(Some(desired.gateway.to_string().into()))
+                    .build()
+                    .map_err(|e| BackendError::Failed(e.to_string()))?,
+            )
+            .build()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        self.send::<Value, _>("PUT", "subnets", "updating the subnet", request)
+            .await
+            .map(drop)
+    }
+
+    /// Deletes a network (Neutron deletes its subnets with it); `false` when it was gone.
+    pub async fn delete_network(&self, id: &str) -> Result<bool, BackendError> {
+        let request = network::delete::Request::builder()
+            .id(id)
+            .build()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        gone_is_fine(
+            self.send("DELETE", "networks", "deleting the network", ignore(request))
+                .await,
+        )
+    }
+
+    /// Deletes a subnet; `false` when it was gone.
+    pub async fn delete_subnet(&self, id: &str) -> Result<bool, BackendError> {
+        let request = subnet::delete::Request::builder()
+            .id(id)
+            .build()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        gone_is_fine(
+            self.send("DELETE", "subnets", "deleting the subnet", ignore(request))
+                .await,
+        )
+    }
+}
+
+fn gone_is_fine(result: Result<(), BackendError>) -> Result<bool, BackendError> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(BackendError::NotFound(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// `POST /v2.0/<resource>s` with `tags` in the body; see the module docs for why it is ours.
+struct Create {
+    resource: &'static str,
+    body: Value,
+}
+
+impl Create {
+    fn new(resource: &'static str, body: Value) -> Self {
+        Self { resource, body }
+    }
+}
+
+impl RestEndpoint for Create {
+    fn method(&self) -> http::Method {
+        http::Method::POST
+    }
+
+    fn endpoint(&self) -> Cow<'static, str> {
+        format!("{}s", self.resource).into()
+    }
+
+    fn service_type(&self) -> ServiceType {
+        ServiceType::Network
+    }
+
+    fn body(&self) -> Result<Option<(&'static str, Vec<u8>)>, BodyError> {
+        let mut params = JsonBodyParams::default();
+        params.push(self.resource, self.body.clone());
+        params.into_body()
+    }
+
+    fn response_key(&self) -> Option<Cow<'static, str>> {
+        Some(self.resource.into())
+    }
+}
+
+/// What a failed Neutron request means for the Network.
+fn classify_api(error: &ApiError<RestError>, action: &str) -> BackendError {
+    let (status, detail) = match error {
+        ApiError::OpenStack { status, msg, .. } => (*status, neutron_message(msg)),
+        ApiError::OpenStackUnrecognized { status, obj, .. } => (*status, neutron_error(obj)),
+        ApiError::OpenStackService { status, data, .. } => (*status, data.clone()),
+        other => return classify(other, action),
+    };
+    by_status(
+        status.as_u16(),
+        &format!("{action}: Neutron answered {status}: {detail}"),
+        &detail,
+    )
+}
+
+/// Translates an HTTP status of Neutron into the failure it reports.
+fn by_status(status: u16, message: &str, detail: &str) -> BackendError {
+    let message = message.to_owned();
+    match status {
+        401 => BackendError::AuthFailed(format!(
+            "{message}; the credentials are no longer accepted: check them in clouds.yaml or the OS_* variables"
+        )),
+        403 => BackendError::AuthFailed(format!(
+            "{message}; the OpenStack user is not allowed to do this: give it the member role in its project"
+        )),
+        404 => BackendError::NotFound(message),
+        409 if detail.contains("OverQuota") || detail.to_ascii_lowercase().contains("quota") => {
+            BackendError::QuotaExceeded(format!(
+                "{message}; raise the project's quota (openstack quota set) or delete unused networks"
+            ))
+        }
+        409 | 412 => BackendError::Conflict(format!(
+            "{message}; somebody changed the object at the same time, or it is in use: retrying"
+        )),
+        502..=504 => {
+            BackendError::Unreachable(format!("{message}; Neutron is not serving requests: retrying"))
+        }
+        _ => BackendError::Failed(message),
+    }
+}
+
+/// `{"NeutronError": {"type", "message", "detail"}}` as `type: message`.
+fn neutron_error(body: &Value) -> String {
+    match body.get("NeutronError") {
+        Some(e) => format!(
+            "{}: {}",
+            e.get("type").and_then(Value::as_str).unwrap_or("NeutronError"),
+            e.get("message").and_then(Value::as_str).unwrap_or_default()
+        ),
+        None => body.to_string(),
+    }
+}
+
+/// The SDK puts a 404's whole body in `msg`.
+fn neutron_message(msg: &str) -> String {
+    serde_json::from_str::<Value>(msg)
+        .map(|v| neutron_error(&v))
+        .unwrap_or_else(|_| msg.to_owned())
+}
+
+/// What a failure outside Neutron's answers means: the network failed (unreachable), or
+/// Keystone refused us, or the configuration is wrong.
+fn classify(error: &(dyn std::error::Error + 'static), action: &str) -> BackendError {
+    let mut chain = Vec::new();
+    let mut source = Some(error);
+    let mut unreachable = false;
+    let mut auth = None;
+    while let Some(e) = source {
+        chain.push(e.to_string());
+        if let Some(e) = e.downcast_ref::<reqwest::Error>()
+            && (e.is_connect() || e.is_timeout() || e.is_request())
+        {
+            unreachable = true;
+        }
+        if let Some(e) = e.downcast_ref::<openstack_sdk::AuthError>() {
+            auth.get_or_insert_with(|| e.to_string());
+        }
+        source = e.source();
+    }
+    chain.dedup();
+    let detail = chain.join(": ");
+    if unreachable {
+        BackendError::Unreachable(format!(
+            "{action}: {detail}; check that Keystone and neutron-server run and that the operator can reach them"
+        ))
+    } else if auth.is_some() {
+        BackendError::AuthFailed(format!(
+            "{action}: {detail}; fix the credentials in clouds.yaml or the OS_* variables (they are read again at the next retry)"
+        ))
+    } else if detail.contains("catalog") || detail.contains("endpoint") {
+        BackendError::Misconfigured(format!(
+            "{action}: {detail}; the Keystone catalog has no network endpoint for the configured region and interface"
+        ))
+    } else {
+        BackendError::Failed(format!("{action}: {detail}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_become_distinct_reasons() {
+        let quota = r#"{"NeutronError": {"type": "OverQuota", "message": "Quota exceeded for resources: ['network'].", "detail": ""}}"#;
+        let detail = neutron_error(&serde_json::from_str(quota).unwrap());
+        assert_eq!(detail, "OverQuota: Quota exceeded for resources: ['network'].");
+        assert_eq!(by_status(409, "m", &detail).reason(), "BackendQuotaExceeded");
+        assert_eq!(
+            by_status(409, "m", "NetworkInUse: in use").reason(),
+            "BackendConflict"
+        );
+        assert_eq!(
+            by_status(412, "m", "RevisionNumberConstraintFailed").reason(),
+            "BackendConflict"
+        );
+        assert_eq!(by_status(401, "m", "").reason(), "BackendAuthFailed");
+        assert_eq!(by_status(403, "m", "").reason(), "BackendAuthFailed");
+        assert_eq!(by_status(500, "m", "").reason(), "BackendError");
+        assert_eq!(by_status(503, "m", "").reason(), "BackendUnavailable");
+        assert!(
+            !by_status(503, "m", "").forgets_reference(),
+            "the network is still there"
+        );
+        assert!(matches!(by_status(404, "m", ""), BackendError::NotFound(_)));
+    }
+
+    #[test]
+    fn a_404_body_is_read_like_any_other() {
+        let msg = r#"{"NeutronError": {"type": "NetworkNotFound", "message": "Network x could not be found.", "detail": ""}}"#;
+        assert_eq!(
+            neutron_message(msg),
+            "NetworkNotFound: Network x could not be found."
+        );
+        assert_eq!(neutron_message("plain"), "plain");
+    }
+
+    #[test]
+    fn a_missing_cloud_names_the_places_searched() {
+        let dir = std::env::temp_dir().join(format!("clouds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("clouds.yaml");
+        std::fs::write(
+            &file,
+            "clouds:\n  mine:\n    auth:\n      auth_url: http://127.0.0.1:1/v3\n      application_credential_id: a\n      application_credential_secret: b\n    auth_type: v3applicationcredential\n    region_name: RegionOne\n",
+        )
+        .unwrap();
+        let source = CloudSource {
+            cloud: Some("mine".into()),
+            config_file: Some(file.clone()),
+            region: Some("RegionTwo".into()),
+            interface: Some("internal".into()),
+        };
+        let config = source.load().unwrap();
+        assert_eq!(config.region_name.as_deref(), Some("RegionTwo"));
+        assert_eq!(config.interface.as_deref(), Some("internal"));
+        assert_eq!(config.auth_cache, Some(false));
+        let missing = CloudSource {
+            cloud: Some("other".into()),
+            ..source.clone()
+        };
+        let error = missing.load().unwrap_err();
+        assert!(error.contains("no cloud \"other\""), "{error}");
+        assert!(error.contains("mine"), "{error}");
+        let no_file = CloudSource {
+            config_file: Some(dir.join("absent.yaml")),
+            ..source
+        };
+        assert!(no_file.load().unwrap_err().contains("does not exist"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

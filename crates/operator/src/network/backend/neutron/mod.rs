@@ -1,0 +1,309 @@
+//! The Neutron backend: each Network is an OpenStack Neutron network with one subnet, the
+//! seeds' own backend (their "FIX ME").
+//!
+//! - [`model`] (pure) names and tags the objects, and plans the writes that make Neutron say
+//!   what the Network says; ownership is by tags, never by name.
+//! - [`client`] is the SDK session and the requests.
+//! - This module observes what Neutron holds and carries the plan out.
+//!
+//! **Observing cheaply.** Every resync interval (and once at start) the backend lists every
+//! network and every subnet tagged with the cluster's identity: two requests, however many
+//! Networks there are. Then every Network is reconciled against that listing, so a steady
+//! resync sends no further request and no write, and drift (a network deleted by hand, a
+//! gateway edited) is repaired. A listing is used once per Network: a reconcile that follows a
+//! Network event, or that comes after this Network's own last write, asks Neutron afresh about
+//! that one Network (by its tags), since the listing may predate what it needs to know.
+
+pub mod client;
+pub mod model;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::Stream;
+use kube::ResourceExt;
+use sample_operator_api::ip::IpPrefix;
+use sample_operator_api::{Addressing, BackendReference, Network};
+
+use super::{BackendError, Ensured, NetworkBackend};
+use client::{CloudSource, Session};
+use model::{Desired, NeutronNetwork, NeutronSubnet, Observed, Owner, Step};
+
+/// `status.backend.provider` of Networks this backend holds.
+pub const PROVIDER: &str = "neutron";
+
+/// How the Neutron backend is set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NeutronConfig {
+    pub source: CloudSource,
+    /// Tags everything this operator creates, with the Network's UID, so that several clusters
+    /// can share one OpenStack project.
+    pub cluster_id: String,
+    /// How often Neutron is listed and compared with every Network.
+    pub resync: Duration,
+}
+
+/// The backend; cheap to share between reconciles.
+pub struct Neutron {
+    session: Arc<Session>,
+    cluster_id: String,
+    observations: Arc<Observations>,
+}
+
+/// The last listing of Neutron, and which Networks may still use it.
+#[derive(Default)]
+struct Observations {
+    state: Mutex<ListingState>,
+    /// Becomes true once the first listing was tried, so that the first reconciles after a
+    /// start wait for it instead of asking Neutron one Network at a time.
+    first_listing: tokio::sync::watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct ListingState {
+    /// Listings started so far; a listing is known by its number.
+    started: u64,
+    /// The number of the stored listing (0: none).
+    listing: u64,
+    networks: HashMap<String, Vec<NeutronNetwork>>,
+    subnets: HashMap<String, Vec<NeutronSubnet>>,
+    /// Per Network UID, the listing it last used or the listings started when it last wrote:
+    /// a listing not newer than this is no news for it.
+    seen: HashMap<String, u64>,
+}
+
+impl Neutron {
+    /// The backend and the stream of its resyncs: each item comes after a listing (tried),
+    /// and asks for every Network to be reconciled (`Controller::reconcile_all_on`).
+    pub fn new(
+        config: NeutronConfig,
+        metrics: Arc<crate::runtime::metrics::Metrics>,
+    ) -> (Self, impl Stream<Item = ()> + Send + Sync + 'static) {
+        let session = Arc::new(Session::new(config.source, metrics));
+        let observations = Arc::new(Observations::default());
+        let backend = Self {
+            session: session.clone(),
+            cluster_id: config.cluster_id.clone(),
+            observations: observations.clone(),
+        };
+        let cluster_tag = model::cluster_tag(&config.cluster_id);
+        let (resync_tx, resyncs) = futures::channel::mpsc::unbounded();
+        // A task of its own: the stream a controller polls must be Sync, the SDK's futures are
+        // not. It ends at the first resync after the controller is gone.
+        tokio::spawn(async move {
+            loop {
+                observations.list(&session, &cluster_tag).await;
+                if resync_tx.unbounded_send(()).is_err() {
+                    break;
+                }
+                tokio::time::sleep(config.resync).await;
+            }
+        });
+        (backend, resyncs)
+    }
+
+    fn owner(&self, network: &Network) -> Result<(Owner, String), BackendError> {
+        let uid = network.uid().ok_or(BackendError::MissingObjectKey("uid"))?;
+        Ok((Owner::new(&self.cluster_id, &uid), uid))
+    }
+
+    /// What Neutron holds of this Network: from the last listing when it is news to this
+    /// Network, else asked now.
+    async fn observe(&self, owner: &Owner, uid: &str) -> Result<Observed, BackendError> {
+        self.observations.wait_for_first_listing().await;
+        if let Some(observed) = self.observations.take(owner, uid) {
+            return Ok(observed);
+        }
+        self.ask(owner).await
+    }
+
+    /// Asks Neutron about this one Network: its networks by tags, and their subnets.
+    async fn ask(&self, owner: &Owner) -> Result<Observed, BackendError> {
+        let networks = self.session.list_networks(&owner.tags(), None).await?;
+        if networks.is_empty() {
+            // Subnets go with their network.
+            return Ok(Observed::default());
+        }
+        let subnets = self.session.list_subnets(&owner.tags()).await?;
+        Ok(Observed::pick(owner, &networks, &subnets))
+    }
+
+    /// Before creating a network: one of that name that is not ours blocks it; one that is
+    /// ours (created by an attempt whose answer was lost) is taken.
+    async fn check_name(&self, owner: &Owner, desired: &Desired) -> Result<Observed, BackendError> {
+        let named = self.session.list_networks(&[], Some(&desired.name)).await?;
+        if let Some(foreign) = named.iter().find(|n| !owner.owns(&n.tags)) {
+            return Err(BackendError::NotOwned(format!(
+                "Neutron network {:?} ({}) exists and is not this Network's (it lacks the tags {:?}): \
+                 the operator leaves it alone; rename or delete it in OpenStack, or rename the Network",
+                foreign.name,
+                foreign.id,
+                owner.tags()
+            )));
+        }
+        if named.is_empty() {
+            Ok(Observed::default())
+        } else {
+            self.ask(owner).await
+        }
+    }
+}
+
+impl NetworkBackend for Neutron {
+    async fn ensure(&self, network: &Network, addressing: &Addressing) -> Result<Ensured, BackendError> {
+        let namespace = network
+            .namespace()
+            .ok_or(BackendError::MissingObjectKey("namespace"))?;
+        let (owner, uid) = self.owner(network)?;
+        let desired = Desired::new(&namespace, &network.name_any(), addressing, &owner);
+        let mut observed = self.observe(&owner, &uid).await?;
+        let mut steps = model::plan(&desired, &observed);
+        if steps.contains(&Step::CreateNetwork) {
+            observed = self.check_name(&owner, &desired).await?;
+            steps = model::plan(&desired, &observed);
+        }
+        let result = self.carry_out(&desired, &observed, &steps).await;
+        if !steps.is_empty() {
+            // Even a failed attempt may have written: the next reconcile asks afresh.
+            self.observations.wrote(&uid);
+        }
+        let (network_id, subnet_id) = result?;
+        Ok(Ensured {
+            changed: !steps.is_empty(),
+            description: format!("Neutron network {:?} ({network_id})", desired.name),
+            reference: BackendReference {
+                provider: PROVIDER.into(),
+                id: network_id,
+                subnet_id,
+            },
+        })
+    }
+
+    async fn remove(&self, network: &Network) -> Result<bool, BackendError> {
+        let (owner, uid) = self.owner(network)?;
+        let observed = self.ask(&owner).await?;
+        let mut removed = false;
+        for id in observed
+            .network
+            .iter()
+            .map(|n| &n.id)
+            .chain(&observed.surplus_networks)
+        {
+            removed |= self.session.delete_network(id).await?;
+        }
+        self.observations.forget(&uid);
+        Ok(removed)
+    }
+}
+
+impl Neutron {
+    /// Sends the planned writes in order; returns the network's and the subnet's ids.
+    async fn carry_out(
+        &self,
+        desired: &Desired,
+        observed: &Observed,
+        steps: &[Step],
+    ) -> Result<(String, Option<String>), BackendError> {
+        let mut network_id = observed.network.as_ref().map(|n| n.id.clone());
+        let same_prefix = |s: &&NeutronSubnet| IpPrefix::parse(&s.cidr) == Some(desired.prefix);
+        let mut subnet_id = observed.subnets.iter().find(same_prefix).map(|s| s.id.clone());
+        for step in steps {
+            match step {
+                Step::CreateNetwork => {
+                    let created = self.session.create_network(desired).await?;
+                    tracing::info!(id = %created.id, name = %desired.name, "created the Neutron network");
+                    let subnet = self.session.create_subnet(&created.id, desired).await?;
+                    network_id = Some(created.id);
+                    subnet_id = Some(subnet.id);
+                }
+                Step::RenameNetwork { id } => self.session.rename_network(id, &desired.name).await?,
+                Step::CreateSubnet => {
+                    let id = network_id
+                        .as_deref()
+                        .ok_or(BackendError::MissingObjectKey("network id"))?;
+                    subnet_id = Some(self.session.create_subnet(id, desired).await?.id);
+                }
+                Step::UpdateSubnet { id } => self.session.update_subnet(id, desired).await?,
+                Step::DeleteSubnet { id } => {
+                    self.session.delete_subnet(id).await?;
+                }
+                Step::DeleteNetwork { id } => {
+                    self.session.delete_network(id).await?;
+                }
+            }
+        }
+        let network_id = network_id.ok_or(BackendError::MissingObjectKey("network id"))?;
+        Ok((network_id, subnet_id))
+    }
+}
+
+impl Observations {
+    async fn wait_for_first_listing(&self) {
+        let mut listed = self.first_listing.subscribe();
+        // The listing has timeouts of its own; this bounds the wait should it never be polled.
+        let _ = tokio::time::timeout(Duration::from_secs(60), listed.wait_for(|done| *done)).await;
+    }
+
+    /// Lists every network and subnet of the cluster and keeps them, grouped by Network.
+    async fn list(&self, session: &Session, cluster_tag: &str) {
+        let number = {
+            let mut state = self.state.lock().expect("listing state");
+            state.started += 1;
+            state.started
+        };
+        let tags = [cluster_tag.to_owned()];
+        let listed = async {
+            let networks = session.list_networks(&tags, None).await?;
+            let subnets = session.list_subnets(&tags).await?;
+            Ok::<_, BackendError>((networks, subnets))
+        }
+        .await;
+        match listed {
+            Ok((networks, subnets)) => {
+                let mut state = self.state.lock().expect("listing state");
+                state.listing = number;
+                state.networks = group(networks, |n| &n.tags);
+                state.subnets = group(subnets, |s| &s.tags);
+                tracing::debug!(networks = state.networks.len(), "listed Neutron");
+            }
+            Err(error) => tracing::warn!(%error, "listing Neutron for the resync"),
+        }
+        self.first_listing.send_replace(true);
+    }
+
+    /// This Network's part of the last listing, if it is news to it.
+    fn take(&self, owner: &Owner, uid: &str) -> Option<Observed> {
+        let mut state = self.state.lock().expect("listing state");
+        let listing = state.listing;
+        if listing == 0 || state.seen.get(uid).is_some_and(|seen| *seen >= listing) {
+            return None;
+        }
+        state.seen.insert(uid.to_owned(), listing);
+        let networks = state.networks.get(uid).map(Vec::as_slice).unwrap_or_default();
+        let subnets = state.subnets.get(uid).map(Vec::as_slice).unwrap_or_default();
+        Some(Observed::pick(owner, networks, subnets))
+    }
+
+    /// Marks a write for this Network: listings started before it ended are no news to it.
+    fn wrote(&self, uid: &str) {
+        let mut state = self.state.lock().expect("listing state");
+        let started = state.started;
+        state.seen.insert(uid.to_owned(), started);
+    }
+
+    fn forget(&self, uid: &str) {
+        self.state.lock().expect("listing state").seen.remove(uid);
+    }
+}
+
+/// Groups listed objects by the Network UID in their tags.
+fn group<T>(items: Vec<T>, tags: impl Fn(&T) -> &Vec<String>) -> HashMap<String, Vec<T>> {
+    let mut grouped: HashMap<String, Vec<T>> = HashMap::new();
+    for item in items {
+        if let Some(uid) = model::network_uid(tags(&item)) {
+            grouped.entry(uid.to_owned()).or_default().push(item);
+        }
+    }
+    grouped
+}
