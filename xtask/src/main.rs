@@ -4,6 +4,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use local_cluster::openstack::{self, OpenStack};
 use local_cluster::{LocalCluster, paths, toolchain};
 
 mod bench;
@@ -22,6 +23,11 @@ enum Cmd {
     Cluster {
         #[command(subcommand)]
         action: ClusterCmd,
+    },
+    /// Manage the OpenStack test bed (Keystone and neutron-server from PyPI) beside the cluster.
+    Neutron {
+        #[command(subcommand)]
+        action: NeutronCmd,
     },
     /// Bring up the local cluster, install the CRDs, apply the seeds' samples and show them.
     Demo,
@@ -47,12 +53,23 @@ enum Cmd {
 enum ClusterCmd {
     /// Build the binaries if needed and start the cluster; a no-op when it already runs.
     Up,
-    /// Stop every process `up` started and remove the cluster's folder.
+    /// Stop every process `up` started (and the OpenStack test bed) and remove the cluster's folder.
     Down,
     /// Show each component's process and whether the apiserver is ready.
     Status,
     /// Only build (or find in the cache) the control-plane binaries.
     Build,
+}
+
+#[derive(Subcommand)]
+enum NeutronCmd {
+    /// Install the virtualenvs if needed and start Keystone and neutron-server; a no-op when
+    /// they already run. Writes clouds.yaml beside the kubeconfig.
+    Up,
+    /// Stop Keystone and neutron-server and remove their state.
+    Down,
+    /// Show their processes and whether they answer.
+    Status,
 }
 
 /// Where the generated CRD manifests go: the default CRDs, and the example.com Foo's, each as
@@ -125,11 +142,63 @@ fn run(args: Args) -> Result<ExitCode> {
                 paths::cache_dir().join("bin").display()
             );
         }
+        Cmd::Neutron { action } => return neutron(&runtime, &cluster, action),
         Cmd::Demo => runtime.block_on(demo::run(&cluster))?,
         Cmd::Crds => write_crds()?,
         Cmd::Test { cargo_test_args } => return test(&runtime, &cluster, &cargo_test_args),
         Cmd::Kubectl { args } => return kubectl(&cluster, &args),
         Cmd::Bench(args) => runtime.block_on(bench::run(args))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn neutron(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &LocalCluster,
+    action: NeutronCmd,
+) -> Result<ExitCode> {
+    let bed = OpenStack::new(cluster.dir().to_owned());
+    match action {
+        NeutronCmd::Up => {
+            let state = runtime.block_on(bed.up())?;
+            println!("Keystone at {}", state.keystone_url);
+            println!("neutron-server at {}", state.neutron_url);
+            println!(
+                "  export OS_CLIENT_CONFIG_FILE={} OS_CLOUD={}",
+                bed.clouds_yaml().display(),
+                openstack::CLOUD
+            );
+            println!("  openstack command line: {}", state.openstack.display());
+            println!("  logs: {}", bed.logs_dir().display());
+        }
+        NeutronCmd::Down => {
+            bed.down()?;
+            println!("OpenStack test bed stopped");
+        }
+        NeutronCmd::Status => {
+            let Some(state) = bed.state() else {
+                println!("no OpenStack test bed in {}", bed.dir().display());
+                return Ok(ExitCode::FAILURE);
+            };
+            println!(
+                "Keystone at {}, neutron-server at {}",
+                state.keystone_url, state.neutron_url
+            );
+            for c in &state.components {
+                let running = if c.is_running() { "running" } else { "NOT RUNNING" };
+                println!(
+                    "  {:<24} pid {:<8} {running}  log {}",
+                    c.name,
+                    c.pid,
+                    c.log.display()
+                );
+            }
+            let healthy = bed.is_healthy();
+            println!("healthy: {healthy}");
+            if !healthy {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -208,6 +277,13 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
     println!("== local cluster");
     let state = runtime.block_on(cluster.up())?;
     println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
+    // The Neutron backend's tests need it; started here, its first install shows its progress.
+    println!("== OpenStack test bed");
+    let bed = runtime.block_on(OpenStack::new(cluster.dir().to_owned()).up())?;
+    println!(
+        "Keystone at {}, neutron-server at {}",
+        bed.keystone_url, bed.neutron_url
+    );
     let mut args = vec!["test", "--workspace", "--all-targets", "--locked"];
     if !extra.is_empty() {
         args.push("--");

@@ -144,6 +144,7 @@ impl LocalCluster {
             return Ok(state);
         }
         // Whatever is left of an earlier cluster (a crash, a reboot) is stopped and wiped.
+        self.stop_openstack();
         self.stop_recorded();
         if self.dir.exists() {
             std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
@@ -325,11 +326,19 @@ impl LocalCluster {
     /// Stopping a cluster that is not running is not an error.
     pub fn down(&self) -> Result<()> {
         let _lock = self.lock()?;
+        self.stop_openstack();
         self.stop_recorded();
         if self.dir.exists() {
             std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         }
         Ok(())
+    }
+
+    /// The OpenStack test bed lives in this folder too: it goes with the cluster.
+    fn stop_openstack(&self) {
+        if let Err(e) = crate::openstack::OpenStack::new(self.dir.clone()).down() {
+            tracing::warn!(error = %e, "stopping the OpenStack test bed");
+        }
     }
 
     fn stop_recorded(&self) {

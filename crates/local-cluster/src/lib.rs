@@ -6,12 +6,14 @@
 //! them as plain processes. kwok plays the kubelet: it keeps fake nodes Ready and turns scheduled
 //! Pods Running, so Deployments become available and garbage collection really cascades.
 //!
+//! [`openstack`] runs a real Keystone and neutron-server beside it, for the Neutron backend.
 //! [`LocalCluster`] starts and stops it; [`testing`] gives integration tests a client, a
 //! namespace of their own and a wait helper.
 
 mod cluster;
 mod error;
 mod lock;
+pub mod openstack;
 pub mod paths;
 mod pki;
 mod process;

@@ -68,10 +68,12 @@ impl Component {
         if matches!(state, Some("Z") | Some("X") | None) {
             return false;
         }
+        // A virtualenv's `bin/python` is a link: the process runs what it points to.
+        let resolved = std::fs::canonicalize(&self.binary).unwrap_or_else(|_| self.binary.clone());
         match std::fs::read_link(proc.join("exe")) {
             Ok(exe) => {
-                exe == self.binary
-                    || exe.to_string_lossy().trim_end_matches(" (deleted)") == self.binary.to_string_lossy()
+                let exe = PathBuf::from(exe.to_string_lossy().trim_end_matches(" (deleted)"));
+                exe == self.binary || exe == resolved
             }
             Err(_) => false,
         }

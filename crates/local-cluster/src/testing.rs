@@ -304,3 +304,67 @@ pub async fn apply_manifest(
     }
     Ok(applied)
 }
+
+/// Starts the OpenStack test bed (Keystone and neutron-server) once per test process, beside
+/// the local cluster, and returns its handle; later calls return the first outcome.
+pub async fn openstack() -> crate::openstack::OpenStack {
+    static STARTED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    let started = tokio::task::spawn_blocking(|| {
+        STARTED
+            .get_or_init(|| {
+                // A runtime of its own, as for the cluster: the test bed outlives this test.
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime
+                    .block_on(crate::openstack::OpenStack::default().up())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+    })
+    .await
+    .expect("test bed start task");
+    if let Err(e) = started {
+        panic!("the OpenStack test bed did not start: {e}");
+    }
+    crate::openstack::OpenStack::default()
+}
+
+/// A test's hold on the OpenStack test bed: shared by the tests that only use it, exclusive
+/// for a test that stops neutron-server. A file lock, so it holds across test binaries too.
+pub struct OpenStackGuard {
+    _file: std::fs::File,
+}
+
+/// A shared hold on the test bed.
+pub async fn neutron_shared() -> OpenStackGuard {
+    openstack_hold(false).await
+}
+
+/// An exclusive hold on the test bed: no other test uses it meanwhile.
+pub async fn neutron_exclusive() -> OpenStackGuard {
+    openstack_hold(true).await
+}
+
+async fn openstack_hold(exclusive: bool) -> OpenStackGuard {
+    let path = crate::paths::run_dir().join("openstack-tests.lock");
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if exclusive {
+            file.lock()
+        } else {
+            file.lock_shared()
+        }
+        .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+        OpenStackGuard { _file: file }
+    })
+    .await
+    .expect("lock task")
+}
