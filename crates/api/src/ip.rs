@@ -160,14 +160,16 @@ impl fmt::Display for IpPrefix {
     }
 }
 
-fn to_bits(addr: IpAddr) -> u128 {
+/// An address as an integer (IPv4 in the low 32 bits).
+pub fn to_bits(addr: IpAddr) -> u128 {
     match addr {
         IpAddr::V4(v4) => u128::from(v4.to_bits()),
         IpAddr::V6(v6) => v6.to_bits(),
     }
 }
 
-fn from_bits(family: IpFamily, bits: u128) -> IpAddr {
+/// The address of `family` whose integer is `bits`.
+pub fn from_bits(family: IpFamily, bits: u128) -> IpAddr {
     match family {
         // The IPv4 value lives in the low 32 bits; the truncation keeps exactly those.
         IpFamily::IPv4 => IpAddr::V4(Ipv4Addr::from_bits(bits as u32)),

@@ -11,5 +11,6 @@ mod foo;
 mod leader;
 mod my_custom_resource;
 mod network;
+mod neutron;
 mod process;
 mod support;

@@ -3,29 +3,26 @@
 //!
 //! The SDK does the hard parts: clouds.yaml and `OS_*` parsing, Keystone authentication
 //! (password, token, application credential), the service catalog (region and interface),
-//! version discovery, re-authentication on a 401 and renewal before the token expires. The
-//! session is made lazily and made again after an authentication failure, reading the
+//! version discovery and renewal before the token expires. The session is made lazily, and
+//! made again after an authentication failure or a token refused early, reading the
 //! configuration anew each time, so credentials fixed in clouds.yaml (a Secret's volume is
 //! updated in place) are taken without a restart.
 //!
-//! Lists, updates and deletes are the SDK's own requests. Creates are ours ([`Create`], a
-//! `RestEndpoint` the SDK still sends, authenticates and retries): the SDK's generated create
-//! requests have no `tags` field, and a network created first and tagged after would, were the
-//! operator stopped in between, be an untagged network of the Network's name: somebody else's,
-//! by the ownership rule. Neutron takes `tags` in the body of a create.
+//! Every request is the SDK's own. Neutron refuses `tags` in a create ("Attribute 'tags' not
+//! allowed in POST"), so an object is created with the marker description and then tagged with
+//! `PUT .../tags` (see [`super::model`] for how an object left untagged is known again).
 
-use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use openstack_sdk::api::network::v2::{network, subnet};
-use openstack_sdk::api::rest_endpoint_prelude::*;
 use openstack_sdk::api::{ApiError, Pagination, QueryAsync, ignore, paged};
 use openstack_sdk::config::{CloudConfig, ConfigFile};
+use openstack_sdk::types::ServiceType;
 use openstack_sdk::{AsyncOpenStack, RenewHandle, RestError};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::model::{Desired, NeutronNetwork, NeutronSubnet};
+use super::model::{Desired, NeutronNetwork, NeutronSubnet, Pool};
 use crate::network::backend::BackendError;
 use crate::runtime::metrics::Metrics;
 use std::sync::Arc;
@@ -105,6 +102,17 @@ impl CloudSource {
     }
 }
 
+/// Refers to the auth methods we support, so that the linker keeps them: the SDK finds them
+/// through `inventory` registrations, which a crate nobody refers to does not contribute (the
+/// SDK's own anchors are generated from a Cargo.toml layout the published crate no longer has).
+fn link_auth_methods() {
+    std::hint::black_box((
+        &openstack_sdk_auth_applicationcredential::ANCHOR,
+        &openstack_sdk_auth_password::ANCHOR,
+        &openstack_sdk_auth_token::ANCHOR,
+    ));
+}
+
 /// How long an authentication failure is remembered before the next attempt: every Network
 /// retries, and a Keystone may lock an account out after a few failures.
 const AUTH_FAILURE_HOLD: Duration = Duration::from_secs(15);
@@ -127,11 +135,14 @@ pub struct Session {
 #[derive(Default)]
 struct SessionState {
     connected: Option<Connected>,
+    /// Counts the sessions made, so that the requests refused on one session replace it once.
+    generation: u64,
     failed: Option<(Instant, BackendError)>,
 }
 
 impl Session {
     pub fn new(source: CloudSource, metrics: Arc<Metrics>) -> Self {
+        link_auth_methods();
         Self {
             source,
             state: Default::default(),
@@ -140,10 +151,10 @@ impl Session {
     }
 
     /// The session, made if there is none; single-flight, so a hundred reconciles make one.
-    async fn client(&self) -> Result<AsyncOpenStack, BackendError> {
+    async fn client(&self) -> Result<(AsyncOpenStack, u64), BackendError> {
         let mut state = self.state.lock().await;
         if let Some(connected) = &state.connected {
-            return Ok(connected.client.clone());
+            return Ok((connected.client.clone(), state.generation));
         }
         if let Some((at, error)) = &state.failed
             && at.elapsed() < AUTH_FAILURE_HOLD
@@ -156,8 +167,9 @@ impl Session {
             Ok(connected) => {
                 let client = connected.client.clone();
                 state.connected = Some(connected);
+                state.generation += 1;
                 state.failed = None;
-                Ok(client)
+                Ok((client, state.generation))
             }
             Err(error) => {
                 if matches!(
@@ -173,7 +185,11 @@ impl Session {
 
     async fn connect(&self) -> Result<Connected, BackendError> {
         let config = self.source.load().map_err(BackendError::Misconfigured)?;
+        // The SDK's own retry after a 401 authenticates again but forgets the discovered
+        // network endpoint (its renewal task discovers again; the 401 path does not), so a 401
+        // comes back to `send`, which makes a whole new session.
         let client = AsyncOpenStack::builder(&config)
+            .max_auth_retries(0)
             .disable_auth_cache(true)
             .http_timeout(REQUEST_TIMEOUT)
             .http_connect_timeout(CONNECT_TIMEOUT)
@@ -185,8 +201,13 @@ impl Session {
                     &format!("authenticating to Keystone as {}", self.source.describe()),
                 )
             })?;
+        // The catalog names the service's root; its version document gives the API's URL.
+        client
+            .discover_service_endpoint(&ServiceType::Network)
+            .await
+            .map_err(|e| classify(&e, "discovering the network API's versions"))?;
         // Renew well before expiry; a 401 in between is re-authenticated by the SDK as well.
-        let renewal = client.enable_auto_renew(chrono::TimeDelta::minutes(5));
+        let renewal = client.enable_auto_renew(chrono::TimeDelta::seconds(60));
         tracing::info!(cloud = %self.source.describe(), "authenticated to Keystone");
         Ok(Connected {
             client,
@@ -199,16 +220,19 @@ impl Session {
         self.metrics.backend_request("neutron", method, resource, result);
     }
 
-    /// Forgets the session after an authentication failure, so that the next request reads the
-    /// configuration again and authenticates anew.
-    async fn forget(&self, error: &BackendError) {
+    /// Forgets session `generation` after an authentication failure, so that the next request
+    /// reads the configuration again and authenticates anew; a session made since stays.
+    async fn forget(&self, error: &BackendError, generation: u64) {
         if matches!(error, BackendError::AuthFailed(_)) {
             let mut state = self.state.lock().await;
-            state.connected = None;
+            if state.generation == generation {
+                state.connected = None;
+            }
         }
     }
 
-    /// Sends one request, counting it and translating its failure.
+    /// Sends one request, counting it and translating its failure. A request refused with 401
+    /// (a token revoked before its expiry) is sent once more on a new session.
     async fn send<T, E>(
         &self,
         method: &'static str,
@@ -220,16 +244,23 @@ impl Session {
         E: QueryAsync<T, AsyncOpenStack> + Sync,
         T: 'static,
     {
-        let client = self.client().await?;
-        let result = endpoint
-            .query_async(&client)
-            .await
-            .map_err(|e| classify_api(&e, action));
-        self.count(method, resource, result.as_ref().err());
-        if let Err(error) = &result {
-            self.forget(error).await;
+        let mut retried = false;
+        loop {
+            let (client, generation) = self.client().await?;
+            let result = endpoint
+                .query_async(&client)
+                .await
+                .map_err(|e| classify_api(&e, action));
+            self.count(method, resource, result.as_ref().err());
+            match &result {
+                Err(error) => self.forget(error, generation).await,
+                Ok(_) => return result,
+            }
+            if retried || !matches!(result, Err(BackendError::AuthFailed(_))) {
+                return result;
+            }
+            retried = true;
         }
-        result
     }
 
     /// Every network tagged with all of `tags` (and named `name`, when given).
@@ -269,37 +300,84 @@ impl Session {
         .await
     }
 
-    pub async fn create_network(&self, desired: &Desired) -> Result<NeutronNetwork, BackendError> {
-        let body = json!({"name": desired.name, "tags": desired.tags, "admin_state_up": true});
+    /// Every subnet on the network `network_id`, tagged or not.
+    pub async fn list_subnets_on(&self, network_id: &str) -> Result<Vec<NeutronSubnet>, BackendError> {
+        let request = subnet::list::Request::builder()
+            .network_id(network_id)
+            .build()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
         self.send(
-            "POST",
-            "networks",
-            "creating the network",
-            Create::new("network", body),
+            "GET",
+            "subnets",
+            "listing subnets",
+            paged(request, Pagination::All),
         )
         .await
     }
 
+    /// Creates the network, with the marker description; [`Self::tag_network`] tags it.
+    pub async fn create_network(&self, desired: &Desired) -> Result<NeutronNetwork, BackendError> {
+        let request = network::create::Request::builder()
+            .network(
+                network::create::NetworkBuilder::default()
+                    .name(desired.name.as_str())
+                    .description(desired.description.as_str())
+                    .admin_state_up(true)
+                    .build()
+                    .map_err(|e| BackendError::Failed(e.to_string()))?,
+            )
+            .build()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        self.send("POST", "networks", "creating the network", request)
+            .await
+    }
+
+    /// Creates the subnet on `network_id`, with the marker description; [`Self::tag_subnet`]
+    /// tags it.
     pub async fn create_subnet(
         &self,
         network_id: &str,
         desired: &Desired,
     ) -> Result<NeutronSubnet, BackendError> {
-        let body = json!({
-            "network_id": network_id,
-            "name": desired.name,
-            "ip_version": desired.ip_version(),
-            "cidr": desired.prefix.to_string(),
-            "gateway_ip": desired.gateway.to_string(),
-            "tags": desired.tags,
-        });
-        self.send(
-            "POST",
-            "subnets",
-            "creating the subnet",
-            Create::new("subnet", body),
-        )
-        .await
+        let request = subnet::create::Request::builder()
+            .subnet(
+                subnet::create::SubnetBuilder::default()
+                    .network_id(network_id)
+                    .name(desired.name.as_str())
+                    .description(desired.description.as_str())
+                    .ip_version(i32::from(desired.ip_version()))
+                    .cidr(Some(desired.prefix.to_string().into()))
+                    .gateway_ip(Some(desired.gateway.to_string().into()))
+                    .build()
+                    .map_err(|e| BackendError::Failed(e.to_string()))?,
+            )
+            .build()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        self.send("POST", "subnets", "creating the subnet", request).await
+    }
+
+    /// Sets a network's tags (all of them: `PUT` replaces the list).
+    pub async fn tag_network(&self, id: &str, tags: &[String]) -> Result<(), BackendError> {
+        let request = network::tag::replace::Request::builder()
+            .network_id(id)
+            .tags(tags.iter().map(|t| t.as_str().into()).collect::<Vec<_>>())
+            .build()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        self.send::<Value, _>("PUT", "networks", "tagging the network", request)
+            .await
+            .map(drop)
+    }
+
+    /// Sets a subnet's tags (all of them: `PUT` replaces the list).
+    pub async fn tag_subnet(&self, id: &str, tags: &[String]) -> Result<(), BackendError> {
+        let request = subnet::tag::replace::Request::builder()
+            .subnet_id(id)
+            .tags(tags.iter().map(|t| t.as_str().into()).collect::<Vec<_>>())
+            .build()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        self.send::<Value, _>("PUT", "subnets", "tagging the subnet", request)
+            .await
+            .map(drop)
     }
 
     pub async fn rename_network(&self, id: &str, name: &str) -> Result<(), BackendError> {
@@ -318,16 +396,31 @@ impl Session {
             .map(drop)
     }
 
-    pub async fn update_subnet(&self, id: &str, desired: &Desired) -> Result<(), BackendError> {
+    pub async fn update_subnet(
+        &self,
+        id: &str,
+        desired: &Desired,
+        pools: Option<&[Pool]>,
+    ) -> Result<(), BackendError> {
+        let mut fields = subnet::set::SubnetBuilder::default();
+        fields
+            .name(desired.name.as_str())
+            .gateway_ip(Some(desired.gateway.to_string().into()));
+        if let Some(pools) = pools {
+            let pools: Result<Vec<_>, _> = pools
+                .iter()
+                .map(|p| {
+                    subnet::set::AllocationPoolsBuilder::default()
+                        .start(p.start.as_str())
+                        .end(p.end.as_str())
+                        .build()
+                })
+                .collect();
+            fields.allocation_pools(pools.map_err(|e| BackendError::Failed(e.to_string()))?);
+        }
         let request = subnet::set::Request::builder()
             .id(id)
-            .subnet(
-                subnet::set::SubnetBuilder::default()
-                    .name(desired.name.as_str())
-                    .gateway_ip(Some(desired.gateway.to_string().into()))
-                    .build()
-                    .map_err(|e| BackendError::Failed(e.to_string()))?,
-            )
+            .subnet(fields.build().map_err(|e| BackendError::Failed(e.to_string()))?)
             .build()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
         self.send::<Value, _>("PUT", "subnets", "updating the subnet", request)
@@ -365,42 +458,6 @@ fn gone_is_fine(result: Result<(), BackendError>) -> Result<bool, BackendError> 
         Ok(()) => Ok(true),
         Err(BackendError::NotFound(_)) => Ok(false),
         Err(e) => Err(e),
-    }
-}
-
-/// `POST /v2.0/<resource>s` with `tags` in the body; see the module docs for why it is ours.
-struct Create {
-    resource: &'static str,
-    body: Value,
-}
-
-impl Create {
-    fn new(resource: &'static str, body: Value) -> Self {
-        Self { resource, body }
-    }
-}
-
-impl RestEndpoint for Create {
-    fn method(&self) -> http::Method {
-        http::Method::POST
-    }
-
-    fn endpoint(&self) -> Cow<'static, str> {
-        format!("{}s", self.resource).into()
-    }
-
-    fn service_type(&self) -> ServiceType {
-        ServiceType::Network
-    }
-
-    fn body(&self) -> Result<Option<(&'static str, Vec<u8>)>, BodyError> {
-        let mut params = JsonBodyParams::default();
-        params.push(self.resource, self.body.clone());
-        params.into_body()
-    }
-
-    fn response_key(&self) -> Option<Cow<'static, str>> {
-        Some(self.resource.into())
     }
 }
 
@@ -472,7 +529,11 @@ fn classify(error: &(dyn std::error::Error + 'static), action: &str) -> BackendE
     let mut unreachable = false;
     let mut auth = None;
     while let Some(e) = source {
-        chain.push(e.to_string());
+        // Most errors repeat their source's message in their own; keep each text once.
+        let text = e.to_string();
+        if !chain.last().is_some_and(|last: &String| last.contains(&text)) {
+            chain.push(text);
+        }
         if let Some(e) = e.downcast_ref::<reqwest::Error>()
             && (e.is_connect() || e.is_timeout() || e.is_request())
         {
@@ -483,7 +544,6 @@ fn classify(error: &(dyn std::error::Error + 'static), action: &str) -> BackendE
         }
         source = e.source();
     }
-    chain.dedup();
     let detail = chain.join(": ");
     if unreachable {
         BackendError::Unreachable(format!(

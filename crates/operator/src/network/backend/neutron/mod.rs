@@ -108,32 +108,58 @@ impl Neutron {
         Ok((Owner::new(&self.cluster_id, &uid), uid))
     }
 
-    /// What Neutron holds of this Network: from the last listing when it is news to this
-    /// Network, else asked now.
-    async fn observe(&self, owner: &Owner, uid: &str) -> Result<Observed, BackendError> {
+    /// What Neutron holds of this Network, and whether that was asked just now: from the last
+    /// listing when it is news to this Network, else asked now.
+    async fn observe(&self, owner: &Owner, uid: &str) -> Result<(Observed, bool), BackendError> {
         self.observations.wait_for_first_listing().await;
         if let Some(observed) = self.observations.take(owner, uid) {
-            return Ok(observed);
+            return Ok((observed, false));
         }
-        self.ask(owner).await
+        Ok((self.ask(owner, Vec::new()).await?, true))
     }
 
-    /// Asks Neutron about this one Network: its networks by tags, and their subnets.
-    async fn ask(&self, owner: &Owner) -> Result<Observed, BackendError> {
-        let networks = self.session.list_networks(&owner.tags(), None).await?;
-        if networks.is_empty() {
-            // Subnets go with their network.
-            return Ok(Observed::default());
+    /// Asks Neutron about this one Network: its networks by tags (and `also`, found by name),
+    /// then every subnet on the network it claims, tagged or only marked.
+    async fn ask(&self, owner: &Owner, also: Vec<NeutronNetwork>) -> Result<Observed, BackendError> {
+        let mut networks = self.session.list_networks(&owner.tags(), None).await?;
+        for network in also {
+            if !networks.iter().any(|n| n.id == network.id) {
+                networks.push(network);
+            }
         }
-        let subnets = self.session.list_subnets(&owner.tags()).await?;
+        self.with_subnets(owner, networks).await
+    }
+
+    /// The Network's view of `networks`, with the subnets on the one it claims.
+    async fn with_subnets(
+        &self,
+        owner: &Owner,
+        networks: Vec<NeutronNetwork>,
+    ) -> Result<Observed, BackendError> {
+        let observed = Observed::pick(owner, &networks, &[]);
+        let Some(network) = &observed.network else {
+            return Ok(observed);
+        };
+        let subnets = self.session.list_subnets_on(&network.id).await?;
         Ok(Observed::pick(owner, &networks, &subnets))
     }
 
     /// Before creating a network: one of that name that is not ours blocks it; one that is
-    /// ours (created by an attempt whose answer was lost) is taken.
-    async fn check_name(&self, owner: &Owner, desired: &Desired) -> Result<Observed, BackendError> {
+    /// ours, tagged or only marked (an attempt stopped before it tagged, or whose answer was
+    /// lost), is taken.
+    /// `by_tags_known` says the Network's tagged networks were just listed (and none found), so
+    /// only the named ones are new.
+    async fn check_name(
+        &self,
+        owner: &Owner,
+        desired: &Desired,
+        by_tags_known: bool,
+    ) -> Result<Observed, BackendError> {
         let named = self.session.list_networks(&[], Some(&desired.name)).await?;
-        if let Some(foreign) = named.iter().find(|n| !owner.owns(&n.tags)) {
+        if let Some(foreign) = named
+            .iter()
+            .find(|n| !owner.claims(&n.tags, n.description.as_deref()))
+        {
             return Err(BackendError::NotOwned(format!(
                 "Neutron network {:?} ({}) exists and is not this Network's (it lacks the tags {:?}): \
                  the operator leaves it alone; rename or delete it in OpenStack, or rename the Network",
@@ -142,10 +168,10 @@ impl Neutron {
                 owner.tags()
             )));
         }
-        if named.is_empty() {
-            Ok(Observed::default())
+        if by_tags_known {
+            self.with_subnets(owner, named).await
         } else {
-            self.ask(owner).await
+            self.ask(owner, named).await
         }
     }
 }
@@ -157,10 +183,15 @@ impl NetworkBackend for Neutron {
             .ok_or(BackendError::MissingObjectKey("namespace"))?;
         let (owner, uid) = self.owner(network)?;
         let desired = Desired::new(&namespace, &network.name_any(), addressing, &owner);
-        let mut observed = self.observe(&owner, &uid).await?;
+        let (mut observed, fresh) = self.observe(&owner, &uid).await?;
         let mut steps = model::plan(&desired, &observed);
+        // Creates are decided on a fresh look: the listing shows only tagged objects, and an
+        // object of ours may be untagged, or a foreign one may carry the name.
         if steps.contains(&Step::CreateNetwork) {
-            observed = self.check_name(&owner, &desired).await?;
+            observed = self.check_name(&owner, &desired, fresh).await?;
+            steps = model::plan(&desired, &observed);
+        } else if !fresh && steps.contains(&Step::CreateSubnet) {
+            observed = self.ask(&owner, Vec::new()).await?;
             steps = model::plan(&desired, &observed);
         }
         let result = self.carry_out(&desired, &observed, &steps).await;
@@ -182,7 +213,7 @@ impl NetworkBackend for Neutron {
 
     async fn remove(&self, network: &Network) -> Result<bool, BackendError> {
         let (owner, uid) = self.owner(network)?;
-        let observed = self.ask(&owner).await?;
+        let observed = self.ask(&owner, Vec::new()).await?;
         let mut removed = false;
         for id in observed
             .network
@@ -213,18 +244,33 @@ impl Neutron {
                 Step::CreateNetwork => {
                     let created = self.session.create_network(desired).await?;
                     tracing::info!(id = %created.id, name = %desired.name, "created the Neutron network");
-                    let subnet = self.session.create_subnet(&created.id, desired).await?;
+                    self.session
+                        .tag_network(&created.id, &desired.tags_for(&created.tags))
+                        .await?;
+                    subnet_id = Some(self.create_subnet(&created.id, desired).await?);
                     network_id = Some(created.id);
-                    subnet_id = Some(subnet.id);
+                }
+                Step::TagNetwork { id } => {
+                    let existing = observed.network.as_ref().map(|n| n.tags.as_slice());
+                    self.session
+                        .tag_network(id, &desired.tags_for(existing.unwrap_or_default()))
+                        .await?;
                 }
                 Step::RenameNetwork { id } => self.session.rename_network(id, &desired.name).await?,
                 Step::CreateSubnet => {
                     let id = network_id
                         .as_deref()
                         .ok_or(BackendError::MissingObjectKey("network id"))?;
-                    subnet_id = Some(self.session.create_subnet(id, desired).await?.id);
+                    subnet_id = Some(self.create_subnet(id, desired).await?);
                 }
-                Step::UpdateSubnet { id } => self.session.update_subnet(id, desired).await?,
+                Step::TagSubnet { id } => {
+                    let existing = observed.subnets.iter().find(|s| &s.id == id);
+                    let existing = existing.map(|s| s.tags.as_slice()).unwrap_or_default();
+                    self.session.tag_subnet(id, &desired.tags_for(existing)).await?;
+                }
+                Step::UpdateSubnet { id, pools } => {
+                    self.session.update_subnet(id, desired, pools.as_deref()).await?
+                }
                 Step::DeleteSubnet { id } => {
                     self.session.delete_subnet(id).await?;
                 }
@@ -235,6 +281,15 @@ impl Neutron {
         }
         let network_id = network_id.ok_or(BackendError::MissingObjectKey("network id"))?;
         Ok((network_id, subnet_id))
+    }
+
+    /// Creates the subnet and tags it; returns its id.
+    async fn create_subnet(&self, network_id: &str, desired: &Desired) -> Result<String, BackendError> {
+        let created = self.session.create_subnet(network_id, desired).await?;
+        self.session
+            .tag_subnet(&created.id, &desired.tags_for(&created.tags))
+            .await?;
+        Ok(created.id)
     }
 }
 

@@ -3,13 +3,18 @@
 //!
 //! One Network is one Neutron network with one subnet. Both carry two tags that say whose they
 //! are: the cluster's identity and the Network's UID (kuryr-kubernetes marks what it creates the
-//! same way). Ownership is by tags only, never by name: a network with the right name but
-//! without those tags belongs to somebody else.
+//! same way). Ownership is by tags, never by name: a network with the right name but without
+//! those tags belongs to somebody else.
+//!
+//! Neutron refuses `tags` in a create, so an object is created first and tagged by a second
+//! request. An operator stopped between the two would leave an untagged object; to know it
+//! again, every object is created with a description that names both tags ([`Owner::marker`]),
+//! and an untagged object carrying exactly that marker is taken as ours and tagged.
 
 use std::net::IpAddr;
 
 use sample_operator_api::Addressing;
-use sample_operator_api::ip::{IpFamily, IpPrefix, parse_ip};
+use sample_operator_api::ip::{IpFamily, IpPrefix, from_bits, parse_ip, to_bits};
 use serde::Deserialize;
 
 /// Tag prefix of the cluster's identity: `sample-operator.cluster=<id>`.
@@ -42,6 +47,19 @@ impl Owner {
     /// Whether an object with these tags is this Network's.
     pub fn owns(&self, tags: &[String]) -> bool {
         tags.contains(&self.cluster_tag) && tags.contains(&self.network_tag)
+    }
+
+    /// The description every object is created with, naming both tags.
+    pub fn marker(&self) -> String {
+        format!(
+            "Managed by sample-operator: {} {}",
+            self.cluster_tag, self.network_tag
+        )
+    }
+
+    /// Whether an object is this Network's: tagged as ours, or created by us and not yet tagged.
+    pub fn claims(&self, tags: &[String], description: Option<&str>) -> bool {
+        self.owns(tags) || description == Some(self.marker().as_str())
     }
 }
 
@@ -80,6 +98,8 @@ pub struct NeutronNetwork {
     #[serde(default)]
     pub name: String,
     #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
     pub tags: Vec<String>,
     /// Goes up with every change of the object: what tests compare to count writes.
     #[serde(default)]
@@ -97,13 +117,89 @@ pub struct NeutronSubnet {
     #[serde(default)]
     pub gateway_ip: Option<String>,
     #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
     pub tags: Vec<String>,
+    #[serde(default)]
+    pub allocation_pools: Vec<Pool>,
     #[serde(default)]
     pub revision_number: Option<i64>,
 }
 
-/// What Neutron holds of one Network: its network, if any, the subnets it owns there, and
-/// any further network it owns (left by a create whose answer was lost), which is surplus.
+/// An allocation pool of a subnet: the addresses Neutron may give to ports.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct Pool {
+    pub start: String,
+    pub end: String,
+}
+
+impl Pool {
+    fn range(&self) -> Option<(u128, u128)> {
+        Some((to_bits(parse_ip(&self.start)?), to_bits(parse_ip(&self.end)?)))
+    }
+}
+
+/// The pools Neutron gives a subnet created without any (its `ipam.utils.generate_pools`):
+/// the prefix without its first address, without the IPv4 broadcast address, and without the
+/// gateway.
+pub fn default_pools(prefix: &IpPrefix, gateway: Option<IpAddr>) -> Vec<(u128, u128)> {
+    let (first, last) = prefix.range();
+    if first == last {
+        return vec![(first, last)];
+    }
+    let start = first + 1;
+    let end = last - u128::from(prefix.family() == IpFamily::IPv4);
+    if start >= end {
+        return Vec::new();
+    }
+    without(vec![(start, end)], gateway.map(to_bits))
+}
+
+/// `ranges` with the address `hole` taken out, splitting the range that held it.
+fn without(ranges: Vec<(u128, u128)>, hole: Option<u128>) -> Vec<(u128, u128)> {
+    let Some(hole) = hole else { return ranges };
+    let mut out = Vec::new();
+    for (start, end) in ranges {
+        if !(start..=end).contains(&hole) {
+            out.push((start, end));
+            continue;
+        }
+        if hole > start {
+            out.push((start, hole - 1));
+        }
+        if hole < end {
+            out.push((hole + 1, end));
+        }
+    }
+    out
+}
+
+/// The pools to send with a gateway that moves to `gateway`, or `None` when they may stay:
+/// Neutron refuses a gateway inside a pool. Pools that are Neutron's defaults for the old
+/// gateway become its defaults for the new one (the old gateway goes back into the pool);
+/// pools somebody chose keep their shape, only without the new gateway.
+pub fn pools_for_gateway(prefix: &IpPrefix, subnet: &NeutronSubnet, gateway: IpAddr) -> Option<Vec<Pool>> {
+    let observed: Option<Vec<(u128, u128)>> = subnet.allocation_pools.iter().map(Pool::range).collect();
+    let observed = observed?;
+    let old_gateway = subnet.gateway_ip.as_deref().and_then(parse_ip);
+    let new = if observed == default_pools(prefix, old_gateway) {
+        default_pools(prefix, Some(gateway))
+    } else {
+        without(observed.clone(), Some(to_bits(gateway)))
+    };
+    (new != observed).then(|| {
+        let family = prefix.family();
+        new.into_iter()
+            .map(|(start, end)| Pool {
+                start: from_bits(family, start).to_string(),
+                end: from_bits(family, end).to_string(),
+            })
+            .collect()
+    })
+}
+
+/// What Neutron holds of one Network: its network, if any, the subnets it claims there, and
+/// any further network it claims (left by a create whose answer was lost), which is surplus.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Observed {
     pub network: Option<NeutronNetwork>,
@@ -112,16 +208,23 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Picks one Network's objects out of listings: the first network it owns, its owned
-    /// subnets on that network, and the ids of the other networks it owns.
+    /// Picks one Network's objects out of listings: the network it claims (a tagged one before
+    /// one only marked), its claimed subnets on that network, and the ids of the other networks
+    /// it claims.
     pub fn pick(owner: &Owner, networks: &[NeutronNetwork], subnets: &[NeutronSubnet]) -> Self {
-        let mut owned = networks.iter().filter(|n| owner.owns(&n.tags));
-        let network = owned.next().cloned();
-        let surplus_networks = owned.map(|n| n.id.clone()).collect();
+        let mut claimed: Vec<&NeutronNetwork> = networks
+            .iter()
+            .filter(|n| owner.claims(&n.tags, n.description.as_deref()))
+            .collect();
+        // Stable: among equals, Neutron's order stays.
+        claimed.sort_by_key(|n| !owner.owns(&n.tags));
+        let mut claimed = claimed.into_iter();
+        let network = claimed.next().cloned();
+        let surplus_networks = claimed.map(|n| n.id.clone()).collect();
         let subnets = match &network {
             Some(n) => subnets
                 .iter()
-                .filter(|s| s.network_id == n.id && owner.owns(&s.tags))
+                .filter(|s| s.network_id == n.id && owner.claims(&s.tags, s.description.as_deref()))
                 .cloned()
                 .collect(),
             None => Vec::new(),
@@ -141,6 +244,8 @@ pub struct Desired {
     pub prefix: IpPrefix,
     pub gateway: IpAddr,
     pub tags: Vec<String>,
+    /// The description objects are created with ([`Owner::marker`]).
+    pub description: String,
 }
 
 impl Desired {
@@ -150,7 +255,20 @@ impl Desired {
             prefix: addressing.prefix,
             gateway: addressing.gateway,
             tags: owner.tags(),
+            description: owner.marker(),
         }
+    }
+
+    /// Whether an object carries every tag of ours.
+    pub fn tagged(&self, tags: &[String]) -> bool {
+        self.tags.iter().all(|t| tags.contains(t))
+    }
+
+    /// An object's tags with ours added: tags somebody else put there stay.
+    pub fn tags_for(&self, existing: &[String]) -> Vec<String> {
+        let mut tags = existing.to_vec();
+        tags.extend(self.tags.iter().filter(|t| !existing.contains(t)).cloned());
+        tags
     }
 
     pub fn ip_version(&self) -> u8 {
@@ -182,16 +300,26 @@ pub fn neutron_name(namespace: &str, name: &str) -> String {
 /// One write that brings Neutron to the desired state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Create the network (tagged) and, after it, its subnet.
+    /// Create the network, tag it, then create and tag its subnet.
     CreateNetwork,
+    /// Add our tags to a network we created but could not tag.
+    TagNetwork {
+        id: String,
+    },
     RenameNetwork {
         id: String,
     },
-    /// Create the subnet on the existing network.
+    /// Create the subnet on the existing network, and tag it.
     CreateSubnet,
-    /// Set the subnet's gateway and name back to the desired ones.
+    /// Add our tags to a subnet we created but could not tag.
+    TagSubnet {
+        id: String,
+    },
+    /// Set the subnet's gateway and name back to the desired ones, with the allocation pools
+    /// that a moved gateway needs.
     UpdateSubnet {
         id: String,
+        pools: Option<Vec<Pool>>,
     },
     DeleteSubnet {
         id: String,
@@ -226,6 +354,11 @@ fn network_steps(desired: &Desired, observed: &Observed) -> Vec<Step> {
         return vec![Step::CreateNetwork];
     };
     let mut steps = Vec::new();
+    if !desired.tagged(&network.tags) {
+        steps.push(Step::TagNetwork {
+            id: network.id.clone(),
+        });
+    }
     if network.name != desired.name {
         steps.push(Step::RenameNetwork {
             id: network.id.clone(),
@@ -240,10 +373,19 @@ fn network_steps(desired: &Desired, observed: &Observed) -> Vec<Step> {
         .collect();
     match keep {
         Some(subnet) => {
+            if !desired.tagged(&subnet.tags) {
+                steps.push(Step::TagSubnet {
+                    id: subnet.id.clone(),
+                });
+            }
             let gateway = subnet.gateway_ip.as_deref().and_then(parse_ip);
             if gateway != Some(desired.gateway) || subnet.name != desired.name {
+                let pools = (gateway != Some(desired.gateway))
+                    .then(|| pools_for_gateway(&desired.prefix, subnet, desired.gateway))
+                    .flatten();
                 steps.push(Step::UpdateSubnet {
                     id: subnet.id.clone(),
+                    pools,
                 });
             }
             steps.extend(stale.iter().map(|s| Step::DeleteSubnet { id: s.id.clone() }));
@@ -284,6 +426,7 @@ mod tests {
         NeutronNetwork {
             id: id.into(),
             name: name.into(),
+            description: None,
             tags,
             revision_number: Some(1),
         }
@@ -296,7 +439,12 @@ mod tests {
             network_id: "n1".into(),
             cidr: cidr.into(),
             gateway_ip: Some(gateway.into()),
+            description: None,
             tags: owner().tags(),
+            // What Neutron makes when it is given none.
+            allocation_pools: IpPrefix::parse(cidr)
+                .map(|p| pools(p.family(), &default_pools(&p, parse_ip(gateway))))
+                .unwrap_or_default(),
             revision_number: Some(1),
         }
     }
@@ -360,25 +508,98 @@ mod tests {
         );
     }
 
+    fn pools(family: IpFamily, ranges: &[(u128, u128)]) -> Vec<Pool> {
+        ranges
+            .iter()
+            .map(|&(start, end)| Pool {
+                start: from_bits(family, start).to_string(),
+                end: from_bits(family, end).to_string(),
+            })
+            .collect()
+    }
+
+    fn pool(start: &str, end: &str) -> Pool {
+        Pool {
+            start: start.into(),
+            end: end.into(),
+        }
+    }
+
     #[test]
     fn a_changed_gateway_or_name_is_updated_in_place() {
         let d = desired("10.1.0.0/24", "10.1.0.254");
+        // Neutron's default pool for the old gateway becomes its default for the new one.
+        let moved = Some(vec![pool("10.1.0.1", "10.1.0.253")]);
         assert_eq!(
             plan(&d, &observed(vec![subnet("s1", "10.1.0.0/24", "10.1.0.1")])),
-            vec![Step::UpdateSubnet { id: "s1".into() }]
+            vec![Step::UpdateSubnet {
+                id: "s1".into(),
+                pools: moved.clone()
+            }]
         );
         let mut no_gateway = subnet("s1", "10.1.0.0/24", "x");
         no_gateway.gateway_ip = None;
         assert_eq!(
             plan(&d, &observed(vec![no_gateway])),
-            vec![Step::UpdateSubnet { id: "s1".into() }]
+            vec![Step::UpdateSubnet {
+                id: "s1".into(),
+                pools: moved
+            }]
         );
         let mut renamed = subnet("s1", "10.1.0.0/24", "10.1.0.254");
         renamed.name = "by hand".into();
         assert_eq!(
             plan(&d, &observed(vec![renamed])),
-            vec![Step::UpdateSubnet { id: "s1".into() }]
+            vec![Step::UpdateSubnet {
+                id: "s1".into(),
+                pools: None
+            }]
         );
+    }
+
+    #[test]
+    fn pools_somebody_chose_keep_their_shape_when_the_gateway_moves() {
+        let prefix = IpPrefix::parse("10.1.0.0/24").unwrap();
+        let mut chosen = subnet("s1", "10.1.0.0/24", "10.1.0.1");
+        chosen.allocation_pools = vec![pool("10.1.0.100", "10.1.0.200")];
+        let gateway = |g: &str| pools_for_gateway(&prefix, &chosen, parse_ip(g).unwrap());
+        assert_eq!(gateway("10.1.0.50"), None, "outside the pool: nothing to change");
+        assert_eq!(
+            gateway("10.1.0.150"),
+            Some(vec![
+                pool("10.1.0.100", "10.1.0.149"),
+                pool("10.1.0.151", "10.1.0.200")
+            ])
+        );
+        assert_eq!(
+            gateway("10.1.0.100"),
+            Some(vec![pool("10.1.0.101", "10.1.0.200")])
+        );
+    }
+
+    #[test]
+    fn default_pools_are_neutrons() {
+        let of = |cidr: &str, gateway: Option<&str>| {
+            let prefix = IpPrefix::parse(cidr).unwrap();
+            pools(
+                prefix.family(),
+                &default_pools(&prefix, gateway.and_then(parse_ip)),
+            )
+        };
+        assert_eq!(
+            of("192.168.0.0/16", Some("192.168.0.1")),
+            vec![pool("192.168.0.2", "192.168.255.254")]
+        );
+        assert_eq!(
+            of("10.0.0.0/24", Some("10.0.0.100")),
+            vec![pool("10.0.0.1", "10.0.0.99"), pool("10.0.0.101", "10.0.0.254")]
+        );
+        assert_eq!(
+            of("fd00:1::/64", Some("fd00:1::1")),
+            vec![pool("fd00:1::2", "fd00:1::ffff:ffff:ffff:ffff")]
+        );
+        assert_eq!(of("10.0.0.0/31", None), vec![]);
+        assert_eq!(of("10.0.0.5/32", None), vec![pool("10.0.0.5", "10.0.0.5")]);
     }
 
     #[test]
@@ -458,6 +679,48 @@ mod tests {
             plan(&desired("10.1.0.0/24", "10.1.0.1"), &observed),
             vec![Step::DeleteNetwork { id: "n2".into() }]
         );
+    }
+
+    #[test]
+    fn objects_created_but_not_tagged_are_known_by_their_marker_and_tagged() {
+        let o = owner();
+        let mut marked = network("n1", "team-a/blue", vec!["someone's".into()]);
+        marked.description = Some(o.marker());
+        let mut other_marker = network("n2", "team-a/blue", vec![]);
+        other_marker.description = Some(Owner::new("c1", "uid-2").marker());
+        let mut marked_subnet = subnet("s1", "10.1.0.0/24", "10.1.0.1");
+        marked_subnet.tags.clear();
+        marked_subnet.description = Some(o.marker());
+        let observed = Observed::pick(&o, &[other_marker, marked], &[marked_subnet]);
+        assert_eq!(observed.network.as_ref().unwrap().id, "n1");
+        assert!(
+            observed.surplus_networks.is_empty(),
+            "another Network's marker is not ours"
+        );
+        let d = desired("10.1.0.0/24", "10.1.0.1");
+        assert_eq!(
+            plan(&d, &observed),
+            vec![
+                Step::TagNetwork { id: "n1".into() },
+                Step::TagSubnet { id: "s1".into() }
+            ]
+        );
+        // Tags somebody added stay.
+        assert_eq!(
+            d.tags_for(&["someone's".into()]),
+            [
+                "someone's".to_owned(),
+                o.cluster_tag.clone(),
+                o.network_tag.clone()
+            ]
+        );
+        // A tagged network is preferred over one only marked; the marked one is surplus.
+        let mut marked_too = network("n3", "team-a/blue", vec![]);
+        marked_too.description = Some(o.marker());
+        let tagged = network("n4", "team-a/blue", o.tags());
+        let observed = Observed::pick(&o, &[marked_too, tagged], &[]);
+        assert_eq!(observed.network.unwrap().id, "n4");
+        assert_eq!(observed.surplus_networks, ["n3"]);
     }
 
     #[test]

@@ -1,0 +1,760 @@
+//! The Network controller on the Neutron backend, against a real Keystone and neutron-server
+//! (the test bed of `local_cluster::openstack`, installed from PyPI and run on loopback).
+//!
+//! Each test runs its own operator on its own namespace, with the namespace's name as the
+//! cluster identity, so the tests share one Neutron project without seeing each other's
+//! networks. People's edits are made with the real `openstack` command line; what Neutron
+//! holds is read through an admin session. The one test that stops neutron-server holds the
+//! test bed's lock exclusively, every other test holds it shared.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+// The test bed's clouds: the operator's (an application credential of a member of the
+// project), that member's password, and the admin, who plays the people editing Neutron.
+use local_cluster::openstack::{ADMIN_CLOUD, CLOUD, PASSWORD_CLOUD, TOKEN_CACHE_SECONDS};
+use local_cluster::testing::{self, TestNamespace};
+use sample_operator::network::BackendConfig;
+use sample_operator::network::backend::neutron::NeutronConfig;
+use sample_operator::network::backend::neutron::client::{CloudSource, Session};
+use sample_operator::network::backend::neutron::model::{self, NeutronNetwork, NeutronSubnet};
+use sample_operator::runtime::Telemetry;
+use sample_operator::runtime::metrics::Metrics;
+use sample_operator::runtime::requests::RequestCounter;
+use sample_operator::{ControllerName, RunConfig};
+use sample_operator_api::{Network, NetworkSpec};
+use serde_json::{Value, json};
+
+use crate::support::{client_with_crds, operator_config, wait_for_event};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+/// The tests' resync interval: short, so that repairs show within seconds.
+const RESYNC: Duration = Duration::from_secs(3);
+
+/// The operator on one namespace, on the Neutron backend, with its metrics at hand.
+struct NeutronOperator {
+    telemetry: Telemetry,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NeutronOperator {
+    async fn start(namespace: &str, source: CloudSource) -> Self {
+        let telemetry = Telemetry::new(RequestCounter::default());
+        let client = RequestCounter::default()
+            .client(operator_config(&testing::client().await).await)
+            .expect("operator client");
+        let config = RunConfig {
+            namespace: Some(namespace.to_owned()),
+            controllers: vec![ControllerName::Network],
+            instance: "integration-test".into(),
+            network_backend: BackendConfig::Neutron(NeutronConfig {
+                source,
+                cluster_id: namespace.to_owned(),
+                resync: RESYNC,
+            }),
+            ..RunConfig::default()
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(sample_operator::run_with(
+            client,
+            config,
+            telemetry.clone(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Self {
+            telemetry,
+            stop,
+            task,
+        }
+    }
+
+    /// Requests to Neutron and Keystone so far whose method is one of `methods`.
+    fn requests(&self, methods: &[&str]) -> u64 {
+        backend_requests(&self.telemetry.metrics.render(), methods)
+    }
+
+    /// Writes to Neutron so far (a Keystone authentication is not one).
+    fn writes(&self) -> u64 {
+        let metrics = self.telemetry.metrics.render();
+        backend_requests(&metrics, &["POST", "PUT", "DELETE"]) - backend_requests_of(&metrics, "tokens")
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("the operator stops within 30s")
+            .expect("the operator task does not panic");
+    }
+}
+
+fn metric_lines(metrics: &str) -> impl Iterator<Item = (&str, u64)> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("sample_operator_backend_requests_total{"))
+        .filter_map(|l| {
+            let (labels, value) = l.rsplit_once(' ')?;
+            Some((labels, value.parse().ok()?))
+        })
+}
+
+fn backend_requests(metrics: &str, methods: &[&str]) -> u64 {
+    metric_lines(metrics)
+        .filter(|(labels, _)| {
+            methods
+                .iter()
+                .any(|m| labels.contains(&format!("method=\"{m}\"")))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn backend_requests_of(metrics: &str, resource: &str) -> u64 {
+    metric_lines(metrics)
+        .filter(|(labels, _)| labels.contains(&format!("resource=\"{resource}\"")))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// The test bed, started once per test process, and this test's hold on it.
+async fn test_bed(exclusive: bool) -> (local_cluster::openstack::OpenStack, testing::OpenStackGuard) {
+    let bed = testing::openstack().await;
+    let guard = if exclusive {
+        testing::neutron_exclusive().await
+    } else {
+        testing::neutron_shared().await
+    };
+    (bed, guard)
+}
+
+fn source(clouds: PathBuf, cloud: &str) -> CloudSource {
+    CloudSource {
+        cloud: Some(cloud.into()),
+        config_file: Some(clouds),
+        ..CloudSource::default()
+    }
+}
+
+/// An admin session, for reading what Neutron holds.
+fn admin(bed: &local_cluster::openstack::OpenStack) -> Session {
+    Session::new(
+        source(bed.clouds_yaml(), ADMIN_CLOUD),
+        Arc::new(Metrics::new(RequestCounter::default())),
+    )
+}
+
+/// Runs the real `openstack` command line as the admin; JSON output when it has any.
+async fn openstack(bed: &local_cluster::openstack::OpenStack, args: &[&str]) -> Value {
+    openstack_as(bed, ADMIN_CLOUD, args).await
+}
+
+/// Runs the real `openstack` command line as `cloud` of the test bed's clouds.yaml.
+async fn openstack_as(bed: &local_cluster::openstack::OpenStack, cloud: &str, args: &[&str]) -> Value {
+    let mut command = tokio::process::Command::from(bed.openstack_as(cloud, args));
+    let output = command.output().await.expect("the openstack command runs");
+    assert!(
+        output.status.success(),
+        "openstack {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or(Value::Null)
+}
+
+/// What Neutron holds for the Network `name` of the namespace (by its tags).
+async fn in_neutron(
+    admin: &Session,
+    namespace: &str,
+    network: &Network,
+) -> (Vec<NeutronNetwork>, Vec<NeutronSubnet>) {
+    let owner = model::Owner::new(namespace, &network.uid().unwrap());
+    let networks = admin.list_networks(&owner.tags(), None).await.unwrap();
+    let subnets = admin.list_subnets(&owner.tags()).await.unwrap();
+    (networks, subnets)
+}
+
+fn network(name: &str, cidr: &str, gateway: &str) -> Network {
+    Network::new(
+        name,
+        NetworkSpec {
+            cidr: cidr.into(),
+            gateway: gateway.into(),
+        },
+    )
+}
+
+fn ready_reason(network: &Network) -> Option<(String, String)> {
+    let status = network.status.as_ref()?;
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+    let current = ready.observed_generation == network.metadata.generation;
+    current.then(|| (ready.status.clone(), ready.reason.clone()))
+}
+
+/// Waits until the Network's Ready condition, for its current generation, has `reason`.
+async fn wait_reason(api: &Api<Network>, name: &str, reason: &str) -> Network {
+    let expected = (if reason == "Synced" { "True" } else { "False" }).to_owned();
+    let what = format!("Ready reason {reason}");
+    testing::wait_for(api, name, &what, TIMEOUT, |n| {
+        ready_reason(n) == Some((expected.clone(), reason.to_owned()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{name} never reached {reason}: {e}"))
+}
+
+/// Polls `check` until it returns `Some`.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(start.elapsed() < TIMEOUT, "{what}: not within {TIMEOUT:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Deletes the Networks while the operator runs (so it lets go of them in Neutron), then
+/// stops it and deletes the namespace.
+async fn finish(api: &Api<Network>, operator: NeutronOperator, ns: TestNamespace) {
+    api.delete_collection(&DeleteParams::default(), &Default::default())
+        .await
+        .unwrap();
+    eventually_long("every Network let go", || async {
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    operator.stop().await;
+    ns.delete().await;
+}
+
+#[tokio::test]
+async fn the_seed_network_lives_in_neutron_and_follows_its_gateway_until_deleted() {
+    let client = client_with_crds().await;
+    let (bed, _hold) = test_bed(false).await;
+    let admin = admin(&bed);
+    let ns = TestNamespace::create(&client, "neutron-seed").await;
+    let api: Api<Network> = ns.api();
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+
+    // The seed's own sample, unchanged.
+    let sample: Network = serde_yaml::from_str(include_str!("../../../../samples/network.yaml")).unwrap();
+    api.create(&PostParams::default(), &sample).await.unwrap();
+    let synced = wait_reason(&api, "example-network", "Synced").await;
+    let backend = synced.status.as_ref().unwrap().backend.clone().unwrap();
+    assert_eq!(backend.provider, "neutron");
+    let subnet_id = backend.subnet_id.clone().expect("the subnet's id in the status");
+
+    // The real openstack command line sees it, named after the Network and tagged as ours.
+    let shown = openstack(&bed, &["network", "show", &backend.id, "-f", "json"]).await;
+    assert_eq!(shown["name"], format!("{}/example-network", ns.name));
+    let tags: Vec<String> = serde_json::from_value(shown["tags"].clone()).unwrap();
+    assert!(
+        tags.contains(&format!("sample-operator.cluster={}", ns.name)),
+        "{tags:?}"
+    );
+    assert!(
+        tags.contains(&format!("sample-operator.network={}", synced.uid().unwrap())),
+        "{tags:?}"
+    );
+    let subnet = openstack(&bed, &["subnet", "show", &subnet_id, "-f", "json"]).await;
+    assert_eq!(subnet["cidr"], "192.168.0.0/16");
+    assert_eq!(subnet["gateway_ip"], "192.168.0.1");
+    assert_eq!(subnet["ip_version"], 4);
+    assert_eq!(subnet["network_id"], backend.id.as_str());
+    wait_for_event(&client, &ns.name, "example-network", "Synced").await;
+
+    // A new gateway is updated in place: the same subnet.
+    api.patch(
+        "example-network",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"gateway": "192.168.0.254"}})),
+    )
+    .await
+    .unwrap();
+    let updated = wait_reason(&api, "example-network", "Synced").await;
+    assert_eq!(
+        updated.status.clone().unwrap().backend.unwrap(),
+        backend,
+        "same network and subnet"
+    );
+    let (networks, subnets) = in_neutron(&admin, &ns.name, &updated).await;
+    assert_eq!(networks.len(), 1);
+    assert_eq!(subnets.len(), 1);
+    assert_eq!(subnets[0].id, subnet_id);
+    assert_eq!(subnets[0].gateway_ip.as_deref(), Some("192.168.0.254"));
+
+    // Deleted: gone from Neutron, then from Kubernetes.
+    api.delete("example-network", &DeleteParams::default())
+        .await
+        .unwrap();
+    testing::wait_for_deletion(&api, "example-network", TIMEOUT)
+        .await
+        .unwrap();
+    let (networks, subnets) = in_neutron(&admin, &ns.name, &updated).await;
+    assert!(
+        networks.is_empty() && subnets.is_empty(),
+        "{networks:?} {subnets:?}"
+    );
+    finish(&api, operator, ns).await;
+}
+
+#[tokio::test]
+async fn a_foreign_network_of_the_same_name_is_never_touched() {
+    let client = client_with_crds().await;
+    let (bed, _hold) = test_bed(false).await;
+    let admin = admin(&bed);
+    let ns = TestNamespace::create(&client, "neutron-foreign").await;
+    let api: Api<Network> = ns.api();
+    let name = format!("{}/blue", ns.name);
+    // Somebody's network in the operator's project, with the name ours would have, and no tags.
+    let foreign = openstack_as(&bed, PASSWORD_CLOUD, &["network", "create", &name, "-f", "json"]).await;
+    let foreign_id = foreign["id"].as_str().unwrap().to_owned();
+    let before = admin.list_networks(&[], Some(&name)).await.unwrap();
+
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    api.create(
+        &PostParams::default(),
+        &network("blue", "10.61.0.0/24", "10.61.0.1"),
+    )
+    .await
+    .unwrap();
+    let refused = wait_reason(&api, "blue", "ResourceExists").await;
+    let message = &refused.status.as_ref().unwrap().conditions[0].message;
+    assert!(message.contains(&foreign_id), "{message}");
+    wait_for_event(&client, &ns.name, "blue", "ResourceExists").await;
+
+    // Deleting the Network leaves the foreign network exactly as it was.
+    api.delete("blue", &DeleteParams::default()).await.unwrap();
+    testing::wait_for_deletion(&api, "blue", TIMEOUT).await.unwrap();
+    assert_eq!(admin.list_networks(&[], Some(&name)).await.unwrap(), before);
+    openstack(&bed, &["network", "delete", &foreign_id]).await;
+    finish(&api, operator, ns).await;
+}
+
+#[tokio::test]
+async fn hand_edits_and_deletions_are_repaired_and_a_steady_resync_writes_nothing() {
+    let client = client_with_crds().await;
+    let (bed, _hold) = test_bed(false).await;
+    let admin = admin(&bed);
+    let ns = TestNamespace::create(&client, "neutron-drift").await;
+    let api: Api<Network> = ns.api();
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    api.create(
+        &PostParams::default(),
+        &network("blue", "10.62.0.0/24", "10.62.0.1"),
+    )
+    .await
+    .unwrap();
+    let synced = wait_reason(&api, "blue", "Synced").await;
+    let backend = synced.status.clone().unwrap().backend.unwrap();
+
+    // Steady: several resyncs pass with lists only, no write, and Neutron's revisions stay.
+    let (networks, subnets) = in_neutron(&admin, &ns.name, &synced).await;
+    let writes = operator.writes();
+    let lists = operator.requests(&["GET"]);
+    tokio::time::sleep(RESYNC * 3 + Duration::from_secs(1)).await;
+    assert_eq!(operator.writes(), writes, "no write while nothing differs");
+    let resync_gets = operator.requests(&["GET"]) - lists;
+    assert!(
+        (4..=10).contains(&resync_gets),
+        "two lists per resync, not a request per Network: {resync_gets} GETs in 3 resyncs"
+    );
+    assert_eq!(in_neutron(&admin, &ns.name, &synced).await, (networks, subnets));
+
+    // A gateway edited by hand is set back.
+    let subnet_id = backend.subnet_id.clone().unwrap();
+    // Neutron takes a gateway only outside the allocation pools: the pool changes with it.
+    openstack(
+        &bed,
+        &[
+            "subnet",
+            "set",
+            "--no-allocation-pool",
+            "--allocation-pool",
+            "start=10.62.0.2,end=10.62.0.99",
+            "--gateway",
+            "10.62.0.100",
+            &subnet_id,
+        ],
+    )
+    .await;
+    eventually("the gateway set back", || async {
+        let (_, subnets) = in_neutron(&admin, &ns.name, &synced).await;
+        (subnets.len() == 1 && subnets[0].gateway_ip.as_deref() == Some("10.62.0.1")).then_some(())
+    })
+    .await;
+
+    // The subnet deleted by hand is made again, on the same network.
+    openstack(&bed, &["subnet", "delete", &subnet_id]).await;
+    let new_subnet = eventually("the subnet made again", || async {
+        let (_, subnets) = in_neutron(&admin, &ns.name, &synced).await;
+        (subnets.len() == 1 && subnets[0].id != subnet_id).then(|| subnets[0].clone())
+    })
+    .await;
+    assert_eq!(new_subnet.network_id, backend.id);
+    assert_eq!(new_subnet.cidr, "10.62.0.0/24");
+
+    // The network deleted by hand is made again, and the status follows.
+    openstack(&bed, &["network", "delete", &backend.id]).await;
+    let remade = eventually("the network made again", || async {
+        let n = api.get("blue").await.ok()?;
+        let b = n.status.as_ref()?.backend.clone()?;
+        (b.id != backend.id && ready_reason(&n) == Some(("True".into(), "Synced".into()))).then_some(b)
+    })
+    .await;
+    let (networks, subnets) = in_neutron(&admin, &ns.name, &synced).await;
+    assert_eq!(networks.iter().map(|n| &n.id).collect::<Vec<_>>(), [&remade.id]);
+    assert_eq!(
+        subnets.iter().map(|s| &s.id).collect::<Vec<_>>(),
+        [remade.subnet_id.as_ref().unwrap()]
+    );
+    finish(&api, operator, ns).await;
+}
+
+#[tokio::test]
+async fn a_new_prefix_is_a_new_subnet_on_the_same_network() {
+    let client = client_with_crds().await;
+    let (bed, _hold) = test_bed(false).await;
+    let admin = admin(&bed);
+    let ns = TestNamespace::create(&client, "neutron-prefix").await;
+    let api: Api<Network> = ns.api();
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    // Host bits in the spec: Neutron keeps 10.63.1.0/24, and that is no drift.
+    api.create(
+        &PostParams::default(),
+        &network("blue", "10.63.1.7/24", "10.63.1.1"),
+    )
+    .await
+    .unwrap();
+    let first = wait_reason(&api, "blue", "Synced").await;
+    let before = first.status.clone().unwrap().backend.unwrap();
+    let writes = operator.writes();
+    tokio::time::sleep(RESYNC * 2).await;
+    assert_eq!(operator.writes(), writes, "host bits are not drift");
+
+    api.patch(
+        "blue",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"cidr": "10.63.2.0/24", "gateway": "10.63.2.1"}})),
+    )
+    .await
+    .unwrap();
+    let moved = wait_reason(&api, "blue", "Synced").await;
+    let after = moved.status.clone().unwrap().backend.unwrap();
+    assert_eq!(after.id, before.id, "the same network");
+    assert_ne!(after.subnet_id, before.subnet_id, "a new subnet");
+    let (_, subnets) = in_neutron(&admin, &ns.name, &moved).await;
+    assert_eq!(subnets.len(), 1, "the old subnet is gone: {subnets:?}");
+    assert_eq!(subnets[0].cidr, "10.63.2.0/24");
+    assert_eq!(subnets[0].gateway_ip.as_deref(), Some("10.63.2.1"));
+    finish(&api, operator, ns).await;
+}
+
+#[tokio::test]
+async fn while_neutron_is_down_networks_report_it_and_nothing_is_lost() {
+    let client = client_with_crds().await;
+    let (bed, _hold) = test_bed(true).await;
+    let admin = admin(&bed);
+    let ns = TestNamespace::create(&client, "neutron-down").await;
+    let api: Api<Network> = ns.api();
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    for (name, third) in [("a", 1), ("b", 2), ("c", 3)] {
+        api.create(
+            &PostParams::default(),
+            &network(name, &format!("10.64.{third}.0/24"), &format!("10.64.{third}.1")),
+        )
+        .await
+        .unwrap();
+    }
+    for name in ["a", "b", "c"] {
+        wait_reason(&api, name, "Synced").await;
+    }
+    let b = api.get("b").await.unwrap();
+
+    bed.stop_neutron().await.expect("neutron-server stops");
+    // Meanwhile: a changed, b deleted, d created.
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"gateway": "10.64.1.254"}})),
+    )
+    .await
+    .unwrap();
+    api.delete("b", &DeleteParams::default()).await.unwrap();
+    api.create(&PostParams::default(), &network("d", "10.64.4.0/24", "10.64.4.1"))
+        .await
+        .unwrap();
+    let down = wait_reason(&api, "a", "BackendUnavailable").await;
+    let message = &down.status.as_ref().unwrap().conditions[0].message;
+    assert!(
+        message.contains("neutron-server"),
+        "names what to check: {message}"
+    );
+    assert!(
+        down.status.unwrap().backend.is_some(),
+        "the network is still there"
+    );
+    wait_reason(&api, "d", "BackendUnavailable").await;
+    wait_for_event(&client, &ns.name, "a", "BackendUnavailable").await;
+    assert!(api.get("b").await.is_ok(), "b waits for Neutron before it goes");
+
+    bed.start_neutron().await.expect("neutron-server starts again");
+    let a = wait_reason(&api, "a", "Synced").await;
+    let d = wait_reason(&api, "d", "Synced").await;
+    testing::wait_for_deletion(&api, "b", TIMEOUT).await.unwrap();
+    let (_, subnets) = in_neutron(&admin, &ns.name, &a).await;
+    assert_eq!(subnets[0].gateway_ip.as_deref(), Some("10.64.1.254"));
+    let (networks, _) = in_neutron(&admin, &ns.name, &b).await;
+    assert!(networks.is_empty(), "b is gone from Neutron");
+    let (networks, subnets) = in_neutron(&admin, &ns.name, &d).await;
+    assert_eq!((networks.len(), subnets.len()), (1, 1));
+    // Exactly what the Networks say: a, c and d, nothing more.
+    let all = admin
+        .list_networks(&[model::cluster_tag(&ns.name)], None)
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 3, "{all:?}");
+    finish(&api, operator, ns).await;
+}
+
+/// A project of its own with a member user, and a clouds.yaml naming it `cloud`, for the tests
+/// that lower a quota or disable the user: they must not disturb the other tests' project.
+async fn own_project(
+    bed: &local_cluster::openstack::OpenStack,
+    name: &str,
+    dir: &std::path::Path,
+) -> PathBuf {
+    let password = format!("{name}-password");
+    openstack(
+        bed,
+        &["project", "create", "--domain", "Default", name, "-f", "json"],
+    )
+    .await;
+    openstack(
+        bed,
+        &[
+            "user",
+            "create",
+            "--domain",
+            "Default",
+            "--project",
+            name,
+            "--password",
+            &password,
+            name,
+            "-f",
+            "json",
+        ],
+    )
+    .await;
+    openstack(bed, &["role", "add", "--project", name, "--user", name, "member"]).await;
+    let clouds = dir.join("clouds.yaml");
+    write_clouds(bed, &clouds, name, &password).await;
+    clouds
+}
+
+async fn write_clouds(
+    bed: &local_cluster::openstack::OpenStack,
+    path: &std::path::Path,
+    name: &str,
+    password: &str,
+) {
+    let yaml = format!(
+        "clouds:\n  {name}:\n    auth_type: password\n    auth:\n      auth_url: {}\n      username: {name}\n      password: {password}\n      project_name: {name}\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n    interface: public\n    identity_api_version: 3\n",
+        bed.keystone_url()
+    );
+    tokio::fs::write(path, yaml).await.unwrap();
+}
+
+async fn drop_project(bed: &local_cluster::openstack::OpenStack, name: &str) {
+    openstack(bed, &["user", "delete", "--domain", "Default", name]).await;
+    openstack(bed, &["project", "delete", "--domain", "Default", name]).await;
+}
+
+#[tokio::test]
+async fn wrong_credentials_then_a_quota_then_a_revoked_token_are_reported_and_recovered() {
+    let client = client_with_crds().await;
+    let (bed, _hold) = test_bed(false).await;
+    let ns = TestNamespace::create(&client, "neutron-auth").await;
+    let project = ns.name.clone();
+    let dir = std::env::temp_dir().join(&project);
+    std::fs::create_dir_all(&dir).unwrap();
+    let clouds = own_project(&bed, &project, &dir).await;
+    let password = format!("{project}-password");
+    // The operator starts with a wrong password.
+    write_clouds(&bed, &clouds, &project, "not-the-password").await;
+    let api: Api<Network> = ns.api();
+    let operator = NeutronOperator::start(&ns.name, source(clouds.clone(), &project)).await;
+    api.create(
+        &PostParams::default(),
+        &network("blue", "10.65.1.0/24", "10.65.1.1"),
+    )
+    .await
+    .unwrap();
+    let refused = wait_reason(&api, "blue", "BackendAuthFailed").await;
+    let message = &refused.status.as_ref().unwrap().conditions[0].message;
+    assert!(message.contains("credentials"), "says what to fix: {message}");
+    wait_for_event(&client, &ns.name, "blue", "BackendAuthFailed").await;
+
+    // Fixed in the file, as a Secret's volume is updated: taken without a restart.
+    write_clouds(&bed, &clouds, &project, &password).await;
+    wait_reason(&api, "blue", "Synced").await;
+
+    // The project may hold no further network: the next Network reports the quota.
+    openstack(&bed, &["quota", "set", "--networks", "1", &project]).await;
+    api.create(
+        &PostParams::default(),
+        &network("green", "10.65.2.0/24", "10.65.2.1"),
+    )
+    .await
+    .unwrap();
+    let over = wait_reason(&api, "green", "BackendQuotaExceeded").await;
+    let message = &over.status.as_ref().unwrap().conditions[0].message;
+    assert!(message.contains("quota"), "{message}");
+    wait_for_event(&client, &ns.name, "green", "BackendQuotaExceeded").await;
+    openstack(&bed, &["quota", "set", "--networks", "10", &project]).await;
+    wait_reason(&api, "green", "Synced").await;
+
+    // Disabling the user revokes its tokens; enabled again, the operator's token is still
+    // refused (401), and the session authenticates anew without a restart.
+    openstack(
+        &bed,
+        &["user", "set", "--disable", "--domain", "Default", &project],
+    )
+    .await;
+    openstack(
+        &bed,
+        &["user", "set", "--enable", "--domain", "Default", &project],
+    )
+    .await;
+    // Until then neutron-server would take the token it checked last from its cache.
+    tokio::time::sleep(Duration::from_secs(TOKEN_CACHE_SECONDS + 1)).await;
+    api.patch(
+        "blue",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"gateway": "10.65.1.254"}})),
+    )
+    .await
+    .unwrap();
+    wait_reason(&api, "blue", "Synced").await;
+    let admin = admin(&bed);
+    let (_, subnets) = in_neutron(&admin, &ns.name, &api.get("blue").await.unwrap()).await;
+    assert_eq!(subnets[0].gateway_ip.as_deref(), Some("10.65.1.254"));
+
+    finish(&api, operator, ns).await;
+    drop_project(&bed, &project).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn two_hundred_networks_converge_and_a_restart_over_them_writes_nothing() {
+    const N: usize = 200;
+    let client = client_with_crds().await;
+    let (bed, _hold) = test_bed(false).await;
+    let admin = admin(&bed);
+    let ns = TestNamespace::create(&client, "neutron-200").await;
+    let api: Api<Network> = ns.api();
+    for i in 0..N {
+        let (hi, lo) = (i / 256, i % 256);
+        api.create(
+            &PostParams::default(),
+            &network(
+                &format!("n{i}"),
+                &format!("10.{}.{lo}.0/24", 100 + hi),
+                &format!("10.{}.{lo}.1", 100 + hi),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let started = Instant::now();
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    let all_synced = || async {
+        let networks = api.list(&Default::default()).await.unwrap().items;
+        networks
+            .iter()
+            .all(|n| ready_reason(n) == Some(("True".into(), "Synced".into())))
+            .then_some(())
+    };
+    eventually_long("200 Networks synced", all_synced).await;
+    let converged = started.elapsed();
+    let writes = operator.writes();
+    eprintln!(
+        "neutron: {N} Networks converged in {converged:.1?} with {writes} writes and {} GETs",
+        operator.requests(&["GET"])
+    );
+    let listed = admin
+        .list_networks(&[model::cluster_tag(&ns.name)], None)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), N);
+
+    // A steady resync over them: lists only.
+    let gets = operator.requests(&["GET"]);
+    tokio::time::sleep(RESYNC * 2 + Duration::from_millis(500)).await;
+    let resync_gets = operator.requests(&["GET"]) - gets;
+    eprintln!("neutron: two resyncs over {N} Networks sent {resync_gets} GETs and no write");
+    assert!(
+        resync_gets <= 8,
+        "{resync_gets} GETs: one list per kind per resync, not per Network"
+    );
+    assert_eq!(operator.writes(), writes);
+
+    // Restarted: every Network is reconciled again, and nothing is written.
+    operator.stop().await;
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    eventually("the restarted operator reconciled every Network", || async {
+        let metrics = operator.telemetry.metrics.render();
+        let reconciles: u64 = metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("sample_operator_reconciles_total{") && l.contains("result=\"success\"")
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum();
+        (reconciles >= N as u64).then_some(())
+    })
+    .await;
+    assert_eq!(
+        operator.writes(),
+        0,
+        "a restart over converged Networks writes nothing"
+    );
+    eprintln!(
+        "neutron: the restart over {N} Networks sent {} GETs",
+        operator.requests(&["GET"])
+    );
+    let deleting = Instant::now();
+    finish(&api, operator, ns).await;
+    eprintln!("neutron: {N} Networks deleted in {:.1?}", deleting.elapsed());
+}
+
+/// [`eventually`] with room for 200 Networks created or deleted by one neutron-server worker.
+async fn eventually_long<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<()>>,
+{
+    let start = Instant::now();
+    while check().await.is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "{what}: not within 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
