@@ -4,10 +4,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
+use local_cluster::openstack::{self, OpenStack};
 use local_cluster::{LocalCluster, paths, toolchain};
 
 /// Where the demo's objects live; recreated on every run so the demo can be repeated.
 const NAMESPACE: &str = "demo";
+/// Where the Networks of the second operator, the one with the Neutron backend, live.
+const NEUTRON_NAMESPACE: &str = "demo-neutron";
 /// The `Ready` condition's reason and status, as kubectl jsonpaths.
 const READY_REASON: &str = r#".status.conditions[?(@.type=="Ready")].reason"#;
 const READY_STATUS: &str = r#".status.conditions[?(@.type=="Ready")].status"#;
@@ -61,8 +64,12 @@ impl Demo {
 
     /// Waits until `jsonpath` of `resource` equals `value`, as `kubectl wait` does.
     fn wait(&self, resource: &str, jsonpath: &str, value: &str) -> Result<()> {
+        self.wait_in(NAMESPACE, resource, jsonpath, value)
+    }
+
+    fn wait_in(&self, namespace: &str, resource: &str, jsonpath: &str, value: &str) -> Result<()> {
         let condition = format!("--for=jsonpath={{{jsonpath}}}={value}");
-        self.quiet(&["wait", "-n", NAMESPACE, resource, &condition, "--timeout=90s"])
+        self.quiet(&["wait", "-n", namespace, resource, &condition, "--timeout=90s"])
             .with_context(|| format!("waiting for {resource} {jsonpath}={value}"))?;
         Ok(())
     }
@@ -104,24 +111,44 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
         "--all",
         "--timeout=60s",
     ])?;
-    let _ = demo.quiet(&[
-        "delete",
-        "namespace",
-        NAMESPACE,
-        "--ignore-not-found",
-        "--wait=true",
-        "--timeout=120s",
-    ]);
-    demo.quiet(&["create", "namespace", NAMESPACE])?;
-
+    println!(
+        "\n== starting Keystone and neutron-server from PyPI for the Neutron backend (the first \
+         run installs them into virtualenvs, a few minutes)"
+    );
+    let bed = OpenStack::new(cluster.dir().to_owned());
+    let state = bed.up().await?;
+    println!(
+        "Keystone at {}, neutron-server at {}",
+        state.keystone_url, state.neutron_url
+    );
     println!(
         "\n== starting the operator (logs in {})",
         cluster.logs_dir().join("sample-operator.log").display()
     );
-    let mut operator = start_operator(cluster)?;
+    let mut operator = start_operator(cluster, &operator_args(), "sample-operator.log")?;
+    // The Networks of an earlier run keep their finalizers until an operator of their backend
+    // lets them go: both run while the namespaces are deleted.
+    let mut leftover = start_operator(
+        cluster,
+        &neutron_operator_args(&bed),
+        "sample-operator-neutron.log",
+    )?;
+    for namespace in [NAMESPACE, NEUTRON_NAMESPACE] {
+        let _ = demo.quiet(&[
+            "delete",
+            "namespace",
+            namespace,
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=120s",
+        ]);
+    }
+    stop_operator(&mut leftover);
+    demo.quiet(&["create", "namespace", NAMESPACE])?;
     let result = scenes(&demo);
     stop_operator(&mut operator);
     result?;
+    neutron_scene(&demo, cluster, &bed)?;
 
     println!("\n== done. The cluster keeps running; `cargo xtask cluster down` stops it.");
     println!("Run the operator yourself with:");
@@ -352,6 +379,117 @@ fn network_scene(demo: &Demo) -> Result<()> {
     Ok(())
 }
 
+/// The seeds' own backend: a second operator, with `--network-backend neutron`, for the
+/// Networks of its namespace, against the test bed's Keystone and neutron-server, looked at
+/// with the real `openstack` command line.
+fn neutron_scene(demo: &Demo, cluster: &LocalCluster, bed: &OpenStack) -> Result<()> {
+    println!(
+        "\n== Neutron: a second operator, for the Networks of namespace {NEUTRON_NAMESPACE} (logs in {})",
+        cluster.logs_dir().join("sample-operator-neutron.log").display()
+    );
+    let args = neutron_operator_args(bed);
+    println!("$ sample-operator {}", args.join(" "));
+    demo.quiet(&["create", "namespace", NEUTRON_NAMESPACE])?;
+    let mut operator = start_operator(cluster, &args, "sample-operator-neutron.log")?;
+    let result = neutron_steps(demo, bed);
+    stop_operator(&mut operator);
+    result
+}
+
+fn neutron_steps(demo: &Demo, bed: &OpenStack) -> Result<()> {
+    let network = "network/example-network";
+    println!("\n== Neutron: the seed's example-network appears in Neutron, tagged as ours");
+    demo.show(&[
+        "apply",
+        "-n",
+        NEUTRON_NAMESPACE,
+        "-f",
+        &demo.sample("network.yaml"),
+    ])?;
+    demo.wait_in(NEUTRON_NAMESPACE, network, READY_STATUS, "True")?;
+    demo.show(&["get", "-n", NEUTRON_NAMESPACE, network, "-o", "wide"])?;
+    let name = format!("{NEUTRON_NAMESPACE}/example-network");
+    show_openstack(
+        bed,
+        &[
+            "network", "list", "--long", "-c", "Name", "-c", "Subnets", "-c", "Tags",
+        ],
+    )?;
+    show_openstack(
+        bed,
+        &[
+            "subnet",
+            "show",
+            &name,
+            "-c",
+            "cidr",
+            "-c",
+            "gateway_ip",
+            "-c",
+            "allocation_pools",
+        ],
+    )?;
+
+    println!("\n== Neutron: a new gateway is updated in place");
+    demo.show(&[
+        "patch",
+        "-n",
+        NEUTRON_NAMESPACE,
+        network,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"gateway":"192.168.0.254"}}"#,
+    ])?;
+    demo.wait_in(NEUTRON_NAMESPACE, network, ".status.observedGeneration", "2")?;
+    demo.wait_in(NEUTRON_NAMESPACE, network, READY_STATUS, "True")?;
+    show_openstack(
+        bed,
+        &[
+            "subnet",
+            "show",
+            &name,
+            "-c",
+            "cidr",
+            "-c",
+            "gateway_ip",
+            "-c",
+            "allocation_pools",
+        ],
+    )?;
+
+    println!("\n== Neutron: deleting the Network removes it from Neutron, then from Kubernetes");
+    demo.show(&["delete", "-n", NEUTRON_NAMESPACE, network, "--wait=true"])?;
+    show_openstack(bed, &["network", "list", "-c", "Name", "-c", "Subnets"])?;
+    Ok(())
+}
+
+/// Runs the `openstack` command line as the operator's cloud, echoing it as a user would type it.
+fn show_openstack(bed: &OpenStack, args: &[&str]) -> Result<()> {
+    println!("\n$ openstack {}", args.join(" "));
+    let output = bed
+        .openstack_as(openstack::CLOUD, args)
+        .output()
+        .context("running the openstack command line")?;
+    if !output.status.success() {
+        bail!(
+            "openstack {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let shown = String::from_utf8_lossy(&output.stdout);
+    // An empty table prints nothing at all.
+    print!(
+        "{}",
+        if shown.is_empty() {
+            "(nothing)\n".into()
+        } else {
+            shown
+        }
+    );
+    Ok(())
+}
+
 fn my_custom_resource_scene(demo: &Demo) -> Result<()> {
     println!("\n== MyCustomResource: the kubebuilder tutorial's flow");
     demo.show(&[
@@ -410,8 +548,31 @@ fn apply_stdin(demo: &Demo, yaml: &str) -> Result<()> {
     Ok(())
 }
 
+/// The first operator: every controller, the Multus backend, the demo's namespace.
+fn operator_args() -> Vec<String> {
+    vec![
+        "run".into(),
+        "--http-address=127.0.0.1:0".into(),
+        "--controllers=network,foo,foo-example,my-custom-resource".into(),
+        format!("--namespace={NAMESPACE}"),
+    ]
+}
+
+/// The second: Networks only, to Neutron, in their own namespace.
+fn neutron_operator_args(bed: &OpenStack) -> Vec<String> {
+    vec![
+        "run".into(),
+        "--http-address=127.0.0.1:0".into(),
+        "--controllers=network".into(),
+        format!("--namespace={NEUTRON_NAMESPACE}"),
+        "--network-backend=neutron".into(),
+        format!("--os-cloud={}", openstack::CLOUD),
+        format!("--os-client-config-file={}", bed.clouds_yaml().display()),
+    ]
+}
+
 /// Builds the operator and starts it against the local cluster, logging to the cluster's logs.
-fn start_operator(cluster: &LocalCluster) -> Result<Child> {
+fn start_operator(cluster: &LocalCluster, args: &[String], log: &str) -> Result<Child> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = paths::repo_root();
     let status = Command::new(cargo)
@@ -421,10 +582,9 @@ fn start_operator(cluster: &LocalCluster) -> Result<Child> {
     if !status.success() {
         bail!("building the operator failed");
     }
-    let log = std::fs::File::create(cluster.logs_dir().join("sample-operator.log"))?;
+    let log = std::fs::File::create(cluster.logs_dir().join(log))?;
     let child = Command::new(binary(&root))
-        .args(["run", "--http-address=127.0.0.1:0"])
-        .arg("--controllers=network,foo,foo-example,my-custom-resource")
+        .args(args)
         .arg(format!("--kubeconfig={}", cluster.kubeconfig().display()))
         .stdout(log.try_clone()?)
         .stderr(log)
