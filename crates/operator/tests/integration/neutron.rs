@@ -758,3 +758,120 @@ where
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+/// The built binary, configured as a shell with `OS_*` variables and no clouds.yaml would
+/// configure it: first with an application credential, then with a token.
+#[tokio::test]
+async fn the_binary_takes_its_cloud_from_os_variables_with_a_credential_or_a_token() {
+    let client = client_with_crds().await;
+    let (bed, _hold) = test_bed(false).await;
+    let admin = admin(&bed);
+    let ns = TestNamespace::create(&client, "neutron-env").await;
+    let api: Api<Network> = ns.api();
+    let dir = std::env::temp_dir().join(&ns.name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = crate::support::operator_kubeconfig(&client, &dir).await;
+    let credential = openstack_as(
+        &bed,
+        PASSWORD_CLOUD,
+        &["application", "credential", "create", &ns.name, "-f", "json"],
+    )
+    .await;
+    let token = openstack_as(&bed, PASSWORD_CLOUD, &["token", "issue", "-f", "json"]).await;
+
+    let run = |auth: Vec<(&str, String)>| {
+        let log = std::fs::File::create(dir.join("operator.log")).unwrap();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sample-operator"));
+        command
+            .args(["run", "--http-address=127.0.0.1:0", "--controllers=network"])
+            .arg(format!("--namespace={}", ns.name))
+            .arg(format!("--cluster-id={}", ns.name))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg("--network-backend=neutron")
+            .env_remove("OS_CLOUD")
+            .env_remove("OS_CLIENT_CONFIG_FILE")
+            .env("OS_AUTH_URL", bed.keystone_url())
+            .envs(auth)
+            .current_dir(&dir)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        Child(command.spawn().expect("the operator starts"))
+    };
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let log = || std::fs::read_to_string(dir.join("operator.log")).unwrap_or_default();
+
+    let operator = run(vec![
+        ("OS_AUTH_TYPE", "v3applicationcredential".into()),
+        (
+            "OS_APPLICATION_CREDENTIAL_ID",
+            credential["ID"].as_str().unwrap().into(),
+        ),
+        (
+            "OS_APPLICATION_CREDENTIAL_SECRET",
+            credential["Secret"].as_str().unwrap().into(),
+        ),
+    ]);
+    api.create(
+        &PostParams::default(),
+        &network("by-credential", "10.66.1.0/24", "10.66.1.1"),
+    )
+    .await
+    .unwrap();
+    let expected = ("True".to_owned(), "Synced".to_owned());
+    let what = "by-credential synced";
+    let synced = testing::wait_for(&api, "by-credential", what, TIMEOUT, |n| {
+        ready_reason(n).as_ref() == Some(&expected)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", log()));
+    assert_eq!(in_neutron(&admin, &ns.name, &synced).await.0.len(), 1);
+    drop(operator);
+
+    let operator = run(vec![
+        ("OS_AUTH_TYPE", "v3token".into()),
+        ("OS_TOKEN", token["id"].as_str().unwrap().into()),
+        ("OS_PROJECT_ID", token["project_id"].as_str().unwrap().into()),
+    ]);
+    api.create(
+        &PostParams::default(),
+        &network("by-token", "10.66.2.0/24", "10.66.2.1"),
+    )
+    .await
+    .unwrap();
+    let what = "by-token synced";
+    let synced = testing::wait_for(&api, "by-token", what, TIMEOUT, |n| {
+        ready_reason(n).as_ref() == Some(&expected)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", log()));
+    assert_eq!(in_neutron(&admin, &ns.name, &synced).await.0.len(), 1);
+    // The token's operator deletes both from Neutron.
+    api.delete_collection(&DeleteParams::default(), &Default::default())
+        .await
+        .unwrap();
+    for name in ["by-credential", "by-token"] {
+        testing::wait_for_deletion(&api, name, TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", log()));
+    }
+    let left = admin
+        .list_networks(&[model::cluster_tag(&ns.name)], None)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    drop(operator);
+    openstack_as(
+        &bed,
+        PASSWORD_CLOUD,
+        &["application", "credential", "delete", &ns.name],
+    )
+    .await;
+    ns.delete().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
