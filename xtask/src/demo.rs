@@ -409,26 +409,24 @@ fn neutron_steps(demo: &Demo, bed: &OpenStack) -> Result<()> {
     demo.wait_in(NEUTRON_NAMESPACE, network, READY_STATUS, "True")?;
     demo.show(&["get", "-n", NEUTRON_NAMESPACE, network, "-o", "wide"])?;
     let name = format!("{NEUTRON_NAMESPACE}/example-network");
+    let subnet_show = [
+        "subnet",
+        "show",
+        &name,
+        "-c",
+        "cidr",
+        "-c",
+        "gateway_ip",
+        "-c",
+        "allocation_pools",
+    ];
     show_openstack(
         bed,
         &[
             "network", "list", "--long", "-c", "Name", "-c", "Subnets", "-c", "Tags",
         ],
     )?;
-    show_openstack(
-        bed,
-        &[
-            "subnet",
-            "show",
-            &name,
-            "-c",
-            "cidr",
-            "-c",
-            "gateway_ip",
-            "-c",
-            "allocation_pools",
-        ],
-    )?;
+    show_openstack(bed, &subnet_show)?;
 
     println!("\n== Neutron: a new gateway is updated in place");
     demo.show(&[
@@ -442,20 +440,7 @@ fn neutron_steps(demo: &Demo, bed: &OpenStack) -> Result<()> {
     ])?;
     demo.wait_in(NEUTRON_NAMESPACE, network, ".status.observedGeneration", "2")?;
     demo.wait_in(NEUTRON_NAMESPACE, network, READY_STATUS, "True")?;
-    show_openstack(
-        bed,
-        &[
-            "subnet",
-            "show",
-            &name,
-            "-c",
-            "cidr",
-            "-c",
-            "gateway_ip",
-            "-c",
-            "allocation_pools",
-        ],
-    )?;
+    show_openstack(bed, &subnet_show)?;
 
     println!("\n== Neutron: deleting the Network removes it from Neutron, then from Kubernetes");
     demo.show(&["delete", "-n", NEUTRON_NAMESPACE, network, "--wait=true"])?;

@@ -17,11 +17,13 @@ use sample_operator::network::backend::multus::{self, NetworkAttachmentDefinitio
 use sample_operator::runtime::requests::RequestCounter;
 use sample_operator::runtime::{Shared, Telemetry};
 use sample_operator::{ControllerName, RunConfig};
+use sample_operator_api::Network;
 use sample_operator_api::ip::IpFamily;
-use sample_operator_api::{Network, NetworkSpec};
 use serde_json::json;
 
-use crate::support::{Operator, client_with_crds, events_about, store_despite_schema, wait_for_event};
+use crate::support::{
+    Operator, client_with_crds, events_about, network, store_despite_schema, wait_for_event,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// How soon a refused Network recovers once the one it yielded to is gone or moved.
@@ -98,16 +100,6 @@ async fn install_nad_crd(client: &Client) {
     let mut crd: CustomResourceDefinition = serde_yaml::from_str(NAD_CRD).unwrap();
     crd.labels_mut().insert(TEST_COPY_LABEL.into(), "true".into());
     testing::install_crds(client, &[crd]).await.unwrap();
-}
-
-fn network(name: &str, cidr: &str, gateway: &str) -> Network {
-    Network::new(
-        name,
-        NetworkSpec {
-            cidr: cidr.into(),
-            gateway: gateway.into(),
-        },
-    )
 }
 
 fn ready(network: &Network) -> Option<(String, String)> {

@@ -25,10 +25,10 @@ use sample_operator::runtime::Telemetry;
 use sample_operator::runtime::metrics::Metrics;
 use sample_operator::runtime::requests::RequestCounter;
 use sample_operator::{ControllerName, RunConfig};
-use sample_operator_api::{Network, NetworkSpec};
+use sample_operator_api::Network;
 use serde_json::{Value, json};
 
-use crate::support::{client_with_crds, operator_config, wait_for_event};
+use crate::support::{client_with_crds, network, operator_config, wait_for_event};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 /// The tests' resync interval: short, so that repairs show within seconds.
@@ -176,16 +176,6 @@ async fn in_neutron(
     let networks = admin.list_networks(&owner.tags(), None).await.unwrap();
     let subnets = admin.list_subnets(&owner.tags()).await.unwrap();
     (networks, subnets)
-}
-
-fn network(name: &str, cidr: &str, gateway: &str) -> Network {
-    Network::new(
-        name,
-        NetworkSpec {
-            cidr: cidr.into(),
-            gateway: gateway.into(),
-        },
-    )
 }
 
 fn ready_reason(network: &Network) -> Option<(String, String)> {

@@ -192,3 +192,14 @@ pub async fn store_despite_schema<K>(
         .expect("the CRDs are restored");
     stored.expect("the relaxed schema takes the object");
 }
+
+/// A Network of the given prefix and gateway.
+pub fn network(name: &str, cidr: &str, gateway: &str) -> sample_operator_api::Network {
+    sample_operator_api::Network::new(
+        name,
+        sample_operator_api::NetworkSpec {
+            cidr: cidr.into(),
+            gateway: gateway.into(),
+        },
+    )
+}

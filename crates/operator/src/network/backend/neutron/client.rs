@@ -206,7 +206,7 @@ impl Session {
             .discover_service_endpoint(&ServiceType::Network)
             .await
             .map_err(|e| classify(&e, "discovering the network API's versions"))?;
-        // Renew well before expiry; a 401 in between is re-authenticated by the SDK as well.
+        // Renew well before expiry; a token refused before then makes a new session in `send`.
         let renewal = client.enable_auto_renew(chrono::TimeDelta::seconds(60));
         tracing::info!(cloud = %self.source.describe(), "authenticated to Keystone");
         Ok(Connected {
