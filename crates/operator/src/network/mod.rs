@@ -251,7 +251,7 @@ impl<B: NetworkBackend> Reconciler for NetworkReconciler<B> {
         finalizer(&api, FINALIZER, network, |event| async move {
             match event {
                 finalizer::Event::Apply(network) => self.apply(&network, ctx).await,
-                finalizer::Event::Cleanup(network) => self.cleanup(&network).await,
+                finalizer::Event::Cleanup(network) => self.cleanup(&network, ctx).await,
             }
         })
         .await
@@ -310,11 +310,22 @@ impl<B: NetworkBackend> NetworkReconciler<B> {
     }
 
     /// The finalizer's cleanup: the backend lets go of a deleted Network. Idempotent, and
-    /// content with a backend that never had it.
-    async fn cleanup(&self, network: &Network) -> Result<Action, Error> {
-        let removed = self.backend.remove(network).await?;
-        tracing::info!(removed, "cleaned up the deleted Network");
-        Ok(Action::await_change())
+    /// content with a backend that never had it. A backend that refuses (Neutron, while ports
+    /// still use the network) is reported in status and events as for a live Network, since the
+    /// Network stays until it lets go.
+    async fn cleanup(&self, network: &Network, ctx: &Context<Network>) -> Result<Action, Error> {
+        match self.backend.remove(network).await {
+            Ok(removed) => {
+                tracing::info!(removed, "cleaned up the deleted Network");
+                Ok(Action::await_change())
+            }
+            Err(error) => {
+                if let Ok(addressing) = network.validate() {
+                    update_status(network, ctx, Observed::BackendFailed(&addressing, &error)).await?;
+                }
+                Err(error.into())
+            }
+        }
     }
 }
 

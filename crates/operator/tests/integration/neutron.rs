@@ -865,3 +865,44 @@ async fn the_binary_takes_its_cloud_from_os_variables_with_a_credential_or_a_tok
     ns.delete().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Neutron refuses to delete a network that ports still use (409 `NetworkInUse`): the deleted
+/// Network stays, says why, and goes once the port is gone; the port is never touched.
+#[tokio::test]
+async fn a_network_in_use_is_not_deleted_until_its_ports_are_gone() {
+    let client = client_with_crds().await;
+    let (bed, _hold) = test_bed(false).await;
+    let admin = admin(&bed);
+    let ns = TestNamespace::create(&client, "neutron-in-use").await;
+    let api: Api<Network> = ns.api();
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    api.create(
+        &PostParams::default(),
+        &network("busy", "10.67.0.0/24", "10.67.0.1"),
+    )
+    .await
+    .unwrap();
+    let synced = wait_reason(&api, "busy", "Synced").await;
+    let network_id = synced.status.clone().unwrap().backend.unwrap().id;
+    // Somebody's port on our network, as a VM's would be.
+    let port = openstack_as(
+        &bed,
+        PASSWORD_CLOUD,
+        &["port", "create", "--network", &network_id, &ns.name, "-f", "json"],
+    )
+    .await;
+    let port_id = port["id"].as_str().unwrap().to_owned();
+
+    api.delete("busy", &DeleteParams::default()).await.unwrap();
+    let refused = wait_reason(&api, "busy", "BackendConflict").await;
+    let message = &refused.status.as_ref().unwrap().conditions[0].message;
+    assert!(message.contains(&port_id), "names the port: {message}");
+    wait_for_event(&client, &ns.name, "busy", "BackendConflict").await;
+    let (networks, _) = in_neutron(&admin, &ns.name, &synced).await;
+    assert_eq!(networks.len(), 1, "the network stays while the port uses it");
+
+    openstack_as(&bed, PASSWORD_CLOUD, &["port", "delete", &port_id]).await;
+    testing::wait_for_deletion(&api, "busy", TIMEOUT).await.unwrap();
+    assert_eq!(in_neutron(&admin, &ns.name, &synced).await, (vec![], vec![]));
+    finish(&api, operator, ns).await;
+}
