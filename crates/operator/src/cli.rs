@@ -343,7 +343,10 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?
     } else {
-        telemetry.metrics.set_leader(true);
+        // Without election this instance is the one running the controllers, as a leader is.
+        telemetry
+            .metrics
+            .set_leader(&args.leader_election.leader_election_name, true);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut controllers = tokio::spawn(crate::run_with(client, run, telemetry, async move {
             let _ = stopped.await;

@@ -35,7 +35,7 @@ use tracing::Instrument;
 
 use super::backoff::Backoff;
 use super::events::Events;
-use super::metrics::Metrics;
+use super::metrics::{Metrics, Outcome};
 use super::own_writes::OwnWrites;
 use super::status::{Conditions, ready_reason, status_differs};
 use super::{Shared, Synced, resync_ticks};
@@ -190,7 +190,7 @@ impl<R: Reconciler> Runner<R> {
         }
     }
 
-    async fn reconcile(&self, object: Arc<R::Object>) -> Result<Action, R::Error> {
+    async fn reconcile(&self, object: Arc<R::Object>) -> Result<Action, Failure<R::Error>> {
         if !self.caches_synced().await {
             // Stopping: the object is reconciled by whoever runs next.
             return Ok(Action::await_change());
@@ -198,12 +198,23 @@ impl<R: Reconciler> Runner<R> {
         let object = self.context.own_writes.latest(object);
         let span = tracing::info_span!("reconcile", controller = self.name, object = %describe(&*object));
         let timer = self.context.metrics.reconcile(self.name);
-        let result = self
-            .reconciler
-            .reconcile(object.clone(), &self.context)
-            .instrument(span)
-            .await;
-        timer.finish(result.as_ref().map(|_| ()).map_err(R::Error::reason));
+        // A panic would end the whole controller (kube-runtime runs reconciles inside its own
+        // stream): like controller-runtime's RecoverPanic, it fails this reconcile only.
+        let reconcile =
+            std::panic::AssertUnwindSafe(self.reconciler.reconcile(object.clone(), &self.context));
+        let result = match reconcile.catch_unwind().instrument(span).await {
+            Ok(result) => result.map_err(Failure::Reconcile),
+            Err(panic) => Err(Failure::Panic(panic_message(&*panic))),
+        };
+        timer.finish(match &result {
+            Ok(action) if *action == Action::await_change() => Outcome::Success,
+            Ok(_) => Outcome::RequeueAfter,
+            Err(Failure::Panic(_)) => Outcome::Panic,
+            Err(error) => Outcome::Error {
+                reason: error.reason(),
+                terminal: error.is_terminal(),
+            },
+        });
         match &result {
             // A terminal error waits for a change, not for a retry: its backoff is over too.
             Ok(_) => self.forget_failures(&object),
@@ -220,7 +231,7 @@ impl<R: Reconciler> Runner<R> {
             .set_awaiting_retry(self.name, self.backoff.len());
     }
 
-    fn error_policy(&self, object: &R::Object, error: &R::Error) -> Action {
+    fn error_policy(&self, object: &R::Object, error: &Failure<R::Error>) -> Action {
         let object_name = describe(object);
         if error.is_terminal() {
             tracing::info!(controller = self.name, object = %object_name, reason = error.reason(), %error, "waiting for a change");
@@ -230,12 +241,51 @@ impl<R: Reconciler> Runner<R> {
             .backoff
             .next_delay(ObjectRef::from_obj(object))
             .min(error.max_delay());
+        self.context.metrics.retry(self.name);
         self.context
             .metrics
             .set_awaiting_retry(self.name, self.backoff.len());
         tracing::warn!(controller = self.name, object = %object_name, reason = error.reason(), %error, retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
     }
+}
+
+/// A reconcile's failure: the domain's error, or a panic the runtime caught.
+#[derive(Debug, thiserror::Error)]
+enum Failure<E> {
+    #[error(transparent)]
+    Reconcile(E),
+    #[error("the reconcile panicked: {0}")]
+    Panic(String),
+}
+
+impl<E: ReconcileError> ReconcileError for Failure<E> {
+    fn reason(&self) -> &'static str {
+        match self {
+            Failure::Reconcile(e) => e.reason(),
+            Failure::Panic(_) => "Panic",
+        }
+    }
+
+    fn is_terminal(&self) -> bool {
+        matches!(self, Failure::Reconcile(e) if e.is_terminal())
+    }
+
+    fn max_delay(&self) -> Duration {
+        match self {
+            Failure::Reconcile(e) => e.max_delay(),
+            Failure::Panic(_) => Duration::MAX,
+        }
+    }
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
 }
 
 /// `namespace/name`, for logs.
@@ -248,7 +298,10 @@ pub async fn run<R: Reconciler>(
     shared: &Shared,
     wiring: Wiring<R>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) {
+) where
+    R::Object: HasStatus,
+    <R::Object as HasStatus>::Status: Conditions,
+{
     let Wiring {
         name,
         controller,
@@ -279,6 +332,8 @@ pub async fn run<R: Reconciler>(
         }
     });
 
+    shared.metrics.controller_started(name, shared.config.concurrency);
+    shared.metrics.observe_readiness(name, controller.store());
     let controller = controller
         .with_config(kube::runtime::controller::Config::default().concurrency(shared.config.concurrency));
     let controller = match shared.config.resync {
@@ -437,6 +492,32 @@ mod tests {
             rendered.contains(r#"reconcile_errors_total{controller="fake",reason="Invalid"} 1"#),
             "{rendered}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_reconcile_fails_with_backoff_and_is_counted() {
+        // No scripted result left: the fake's reconcile panics.
+        let fake = Fake {
+            results: Mutex::new(vec![]),
+        };
+        let (runner, metrics) = runner(fake, vec![]);
+        let cm = object("a");
+        let error = runner.reconcile(cm.clone()).await.unwrap_err();
+        assert_eq!(error.reason(), "Panic");
+        assert!(error.to_string().contains("removal index"), "{error}");
+        assert_eq!(
+            runner.error_policy(&cm, &error),
+            Action::requeue(Duration::from_millis(100))
+        );
+        let rendered = metrics.render();
+        for line in [
+            r#"controller_runtime_reconcile_panics_total{controller="fake"} 1"#,
+            r#"controller_runtime_reconcile_total{controller="fake",result="error"} 1"#,
+            r#"sample_operator_reconcile_errors_total{controller="fake",reason="Panic"} 1"#,
+            r#"controller_runtime_active_workers{controller="fake"} 0"#,
+        ] {
+            assert!(rendered.contains(line), "missing {line} in\n{rendered}");
+        }
     }
 
     #[tokio::test]

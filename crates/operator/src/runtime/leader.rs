@@ -76,7 +76,7 @@ pub async fn run_elected(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Outcome, Error> {
     let identity = identity(&config.instance);
-    telemetry.metrics.set_leader(false);
+    telemetry.metrics.set_leader(&lease.name, false);
     tracing::info!(lease = %format!("{}/{}", lease.namespace, lease.name), %identity, "waiting for the leader lease");
     let mut shutdown = std::pin::pin!(shutdown);
     let Some((mut is_leader, lease_task)) = acquire(&client, &lease, &identity, &mut shutdown).await? else {
@@ -84,7 +84,7 @@ pub async fn run_elected(
     };
 
     tracing::info!(%identity, "acquired the leader lease: starting controllers");
-    telemetry.metrics.set_leader(true);
+    telemetry.metrics.set_leader(&lease.name, true);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let health = telemetry.health.clone();
     let metrics = telemetry.metrics.clone();
@@ -117,7 +117,7 @@ pub async fn run_elected(
         }
     };
     health.stopped();
-    metrics.set_leader(false);
+    metrics.set_leader(&lease.name, false);
     if outcome == Outcome::RenewalsFailed {
         // Releasing would patch the Lease from a state that may be stale by now: let it expire.
         drop(is_leader);

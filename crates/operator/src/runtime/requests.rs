@@ -1,29 +1,36 @@
-//! Counts the operator's own API requests by HTTP method, as a tower layer on its client.
+//! Counts the operator's own API requests by method and response code, as a tower layer on its
+//! client: `rest_client_requests_total`, under client-go's name and labels.
 //!
 //! Writes are what a controller must avoid in steady state, and the apiserver's own metrics
 //! cannot tell one client from another; counting at the client can.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use http::{Method, Request};
+use http::{Method, Request, Response};
 use tower::{Layer, Service};
+
+/// What client-go's `code` label says of a request that got no response.
+pub const NO_RESPONSE: &str = "<error>";
+
+/// One series of `rest_client_requests_total`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestKey {
+    /// The apiserver's `host:port`.
+    pub host: String,
+    /// `GET`, `PATCH`, …
+    pub method: String,
+    /// The HTTP status code, or [`NO_RESPONSE`].
+    pub code: String,
+}
 
 /// Shared counters; clones count into the same totals.
 #[derive(Clone, Debug, Default)]
 pub struct RequestCounter {
-    counts: Arc<Counts>,
-}
-
-#[derive(Debug, Default)]
-struct Counts {
-    get: AtomicU64,
-    post: AtomicU64,
-    put: AtomicU64,
-    patch: AtomicU64,
-    delete: AtomicU64,
-    other: AtomicU64,
+    counts: Arc<Mutex<BTreeMap<RequestKey, u64>>>,
 }
 
 /// Requests sent so far, by method. GET covers gets, lists and watches.
@@ -57,46 +64,70 @@ impl RequestCounts {
 }
 
 impl RequestCounter {
+    /// Totals by method, whatever the response.
     pub fn snapshot(&self) -> RequestCounts {
-        let c = &self.counts;
-        RequestCounts {
-            get: c.get.load(Ordering::Relaxed),
-            post: c.post.load(Ordering::Relaxed),
-            put: c.put.load(Ordering::Relaxed),
-            patch: c.patch.load(Ordering::Relaxed),
-            delete: c.delete.load(Ordering::Relaxed),
-            other: c.other.load(Ordering::Relaxed),
+        let mut counts = RequestCounts::default();
+        for (key, n) in self.series() {
+            let slot = match key.method.as_str() {
+                "GET" => &mut counts.get,
+                "POST" => &mut counts.post,
+                "PUT" => &mut counts.put,
+                "PATCH" => &mut counts.patch,
+                "DELETE" => &mut counts.delete,
+                _ => &mut counts.other,
+            };
+            *slot += n;
         }
+        counts
     }
 
-    fn count(&self, method: &Method) {
-        let c = &self.counts;
-        let counter = match *method {
-            Method::GET => &c.get,
-            Method::POST => &c.post,
-            Method::PUT => &c.put,
-            Method::PATCH => &c.patch,
-            Method::DELETE => &c.delete,
-            _ => &c.other,
+    /// Every series counted so far.
+    pub fn series(&self) -> Vec<(RequestKey, u64)> {
+        let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        counts.iter().map(|(k, n)| (k.clone(), *n)).collect()
+    }
+
+    fn count(&self, host: &str, method: &Method, code: String) {
+        let key = RequestKey {
+            host: host.to_owned(),
+            method: method.as_str().to_owned(),
+            code,
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        *counts.entry(key).or_default() += 1;
     }
 
     /// A client from `config` whose requests this counter counts.
     pub fn client(&self, config: kube::Config) -> Result<kube::Client, kube::Error> {
+        let host = config
+            .cluster_url
+            .authority()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let layer = CountLayer {
+            counter: self.clone(),
+            host: host.into(),
+        };
         Ok(kube::client::ClientBuilder::try_from(config)?
-            .with_layer(self)
+            .with_layer(&layer)
             .build())
     }
 }
 
-impl<S> Layer<S> for RequestCounter {
+/// The layer a [`RequestCounter`] puts on the client of one apiserver.
+#[derive(Clone, Debug)]
+struct CountLayer {
+    counter: RequestCounter,
+    host: Arc<str>,
+}
+
+impl<S> Layer<S> for CountLayer {
     type Service = Counted<S>;
 
     fn layer(&self, inner: S) -> Counted<S> {
         Counted {
             inner,
-            counter: self.clone(),
+            layer: self.clone(),
         }
     }
 }
@@ -105,23 +136,80 @@ impl<S> Layer<S> for RequestCounter {
 #[derive(Clone, Debug)]
 pub struct Counted<S> {
     inner: S,
-    counter: RequestCounter,
+    layer: CountLayer,
 }
 
-impl<S, B> Service<Request<B>> for Counted<S>
+impl<S, B, RB> Service<Request<B>> for Counted<S>
 where
-    S: Service<Request<B>>,
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<RB>, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        self.counter.count(request.method());
-        self.inner.call(request)
+        let method = request.method().clone();
+        let layer = self.layer.clone();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            let code = match &response {
+                Ok(response) => response.status().as_u16().to_string(),
+                Err(_) => NO_RESPONSE.to_owned(),
+            };
+            layer.counter.count(&layer.host, &method, code);
+            response
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn counts_by_method_and_code_and_no_response_as_error() {
+        let counter = RequestCounter::default();
+        let layer = CountLayer {
+            counter: counter.clone(),
+            host: "127.0.0.1:6443".into(),
+        };
+        let mut service = layer.layer(tower::service_fn(|request: Request<()>| async move {
+            match request.uri().path() {
+                "/missing" => Ok(Response::builder().status(404).body(()).unwrap()),
+                "/down" => Err("connection refused"),
+                _ => Ok(Response::new(())),
+            }
+        }));
+        for (method, path) in [
+            (Method::GET, "/"),
+            (Method::GET, "/missing"),
+            (Method::PATCH, "/"),
+            (Method::DELETE, "/down"),
+        ] {
+            let request = Request::builder().method(method).uri(path).body(()).unwrap();
+            let _ = service.call(request).await;
+        }
+        let series: Vec<(String, String, u64)> = counter
+            .series()
+            .into_iter()
+            .map(|(k, n)| (k.method, k.code, n))
+            .collect();
+        assert_eq!(
+            series,
+            [
+                ("DELETE".to_owned(), NO_RESPONSE.to_owned(), 1),
+                ("GET".to_owned(), "200".to_owned(), 1),
+                ("GET".to_owned(), "404".to_owned(), 1),
+                ("PATCH".to_owned(), "200".to_owned(), 1),
+            ]
+        );
+        let totals = counter.snapshot();
+        assert_eq!((totals.get, totals.writes()), (2, 2));
     }
 }

@@ -35,8 +35,13 @@ pub async fn serve(
 }
 
 async fn metrics(State(telemetry): State<Arc<Telemetry>>) -> impl IntoResponse {
+    // prometheus-client writes OpenMetrics (counters' families named without `_total`, a
+    // closing `# EOF`): labelled as such, Prometheus reads the types right.
     (
-        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         telemetry.metrics.render(),
     )
 }

@@ -28,7 +28,7 @@ use sample_operator::{ControllerName, RunConfig};
 use sample_operator_api::Network;
 use serde_json::{Value, json};
 
-use crate::support::{client_with_crds, network, operator_config, wait_for_event};
+use crate::support::{client_with_crds, metric_sum, network, operator_config, wait_for_event};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 /// The tests' resync interval: short, so that repairs show within seconds.
@@ -709,14 +709,16 @@ async fn two_hundred_networks_converge_and_a_restart_over_them_writes_nothing() 
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
     eventually("the restarted operator reconciled every Network", || async {
         let metrics = operator.telemetry.metrics.render();
-        let reconciles: u64 = metrics
-            .lines()
-            .filter(|l| {
-                l.starts_with("sample_operator_reconciles_total{") && l.contains("result=\"success\"")
-            })
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-            .sum();
-        (reconciles >= N as u64).then_some(())
+        let reconciles = metric_sum(
+            &metrics,
+            "controller_runtime_reconcile_total",
+            &[("controller", "network")],
+        ) - metric_sum(
+            &metrics,
+            "controller_runtime_reconcile_total",
+            &[("result", "error")],
+        );
+        (reconciles >= N as f64).then_some(())
     })
     .await;
     assert_eq!(

@@ -15,7 +15,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sample_operator_api::{Foo, FooSpec};
 
-use crate::support::{client_with_crds, operator_kubeconfig};
+use crate::support::{client_with_crds, metric_sum, operator_kubeconfig};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_sample-operator");
 
@@ -56,22 +56,22 @@ impl OperatorProcess {
         http_get(self.port, path)
     }
 
-    /// The value of one metric line, such as `sample_operator_leader`.
-    fn metric(&self, series: &str) -> Option<f64> {
+    /// The sum of the series of `family` with these labels; `None` when /metrics fails.
+    fn metric(&self, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let (_, body) = self.get("/metrics")?;
-        body.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        Some(metric_sum(&body, family, labels))
     }
 
     fn is_leader(&self) -> bool {
-        self.metric("sample_operator_leader") == Some(1.0)
+        self.metric("leader_election_master_status", &[]) == Some(1.0)
     }
 
+    /// Requests that can change something, whatever the response.
     fn writes(&self) -> f64 {
         ["POST", "PUT", "PATCH", "DELETE"]
             .iter()
             .map(|m| {
-                self.metric(&format!("sample_operator_api_requests_total{{method=\"{m}\"}}"))
+                self.metric("rest_client_requests_total", &[("method", m)])
                     .unwrap_or(0.0)
             })
             .sum()
@@ -295,36 +295,51 @@ async fn probes_and_metrics_report_what_happens() {
     .await;
     assert_eq!(operator.get("/healthz"), Some((200, "ok".into())));
     assert_eq!(
-        operator.metric("sample_operator_leader"),
+        operator.metric("leader_election_master_status", &[("name", "sample-operator")]),
         Some(1.0),
         "without election it leads"
     );
-    let success = r#"sample_operator_reconciles_total{controller="foo",result="success"}"#;
-    let before = operator.metric(success).unwrap_or(0.0);
+    let reconciles = |operator: &OperatorProcess| {
+        let foo = [("controller", "foo")];
+        operator
+            .metric("controller_runtime_reconcile_total", &foo)
+            .unwrap_or(0.0)
+    };
+    let before = reconciles(&operator);
 
     let foos = ns.api::<Foo>();
     create_foo(&foos, "measured").await;
     wait_foo_available(&foos, "measured").await;
     eventually("reconciles are counted", Duration::from_secs(10), || {
-        operator.metric(success).unwrap_or(0.0) > before
+        reconciles(&operator) > before
+    })
+    .await;
+    eventually("the Foo counted as Ready", Duration::from_secs(10), || {
+        operator.metric(
+            "sample_operator_objects",
+            &[("controller", "foo"), ("ready", "True")],
+        ) == Some(1.0)
     })
     .await;
     let (_, metrics) = operator.get("/metrics").unwrap();
     for series in [
-        r#"sample_operator_reconcile_duration_seconds_count{controller="foo"}"#,
-        r#"sample_operator_reconciles_in_flight{controller="foo"}"#,
-        r#"sample_operator_api_requests_total{method="GET"}"#,
-        "sample_operator_process_resident_memory_bytes",
-        "sample_operator_process_cpu_seconds_total",
+        r#"controller_runtime_reconcile_time_seconds_count{controller="foo"}"#,
+        r#"controller_runtime_active_workers{controller="foo"}"#,
+        r#"controller_runtime_max_concurrent_reconciles{controller="foo"} 16"#,
+        "process_resident_memory_bytes ",
+        "process_cpu_seconds_total ",
     ] {
         assert!(metrics.contains(series), "{series} missing:\n{metrics}");
     }
-    assert!(
-        operator
-            .metric(r#"sample_operator_api_requests_total{method="POST"}"#)
-            .unwrap_or(0.0)
-            >= 1.0
-    );
+    let api_request = |method, code| {
+        metric_sum(
+            &metrics,
+            "rest_client_requests_total",
+            &[("method", method), ("code", code)],
+        )
+    };
+    assert!(api_request("GET", "200") >= 1.0, "{metrics}");
+    assert!(api_request("POST", "201") >= 1.0, "{metrics}");
     // JSON logs, one object a line.
     let log = operator.log();
     let first = log.lines().next().unwrap_or_default();

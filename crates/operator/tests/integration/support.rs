@@ -203,3 +203,22 @@ pub fn network(name: &str, cidr: &str, gateway: &str) -> sample_operator_api::Ne
         },
     )
 }
+
+/// The sum of the series of `family` in a Prometheus text exposition whose labels include
+/// every pair of `labels`.
+pub fn metric_sum(exposition: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
+    exposition
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(family)?;
+            let (series_labels, value) = rest.rsplit_once(' ')?;
+            if !(series_labels.is_empty() || series_labels.starts_with('{')) {
+                return None; // another family that starts with the same name
+            }
+            labels
+                .iter()
+                .all(|(k, v)| series_labels.contains(&format!("{k}=\"{v}\"")))
+                .then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
