@@ -51,6 +51,13 @@ const HELM: Module = Module {
     packages: &["helm.sh/helm/v4/cmd/helm"],
 };
 
+/// Nothing is built from it: the chart's test installs the CRDs its module ships.
+const PROMETHEUS_OPERATOR: Module = Module {
+    dir: "prometheus-operator",
+    pinned: "github.com/prometheus-operator/prometheus-operator",
+    packages: &[],
+};
+
 /// Paths of the built binaries.
 #[derive(Clone, Debug)]
 pub struct Binaries {
@@ -90,6 +97,15 @@ pub fn ensure() -> Result<Binaries> {
 pub fn helm() -> Result<PathBuf> {
     let _lock = crate::lock::FileLock::acquire(&paths::cache_dir().join("build.lock"))?;
     Ok(build(&HELM)?.join("helm"))
+}
+
+/// The folder of the Prometheus Operator's CustomResourceDefinitions (ServiceMonitor,
+/// PodMonitor, PrometheusRule and the rest), from its pinned Go module.
+pub fn prometheus_operator_crds() -> Result<PathBuf> {
+    let module = &PROMETHEUS_OPERATOR;
+    let version = pinned_version(module)?;
+    let dir = go_module_dir(module, &format!("{}@{version}", module.pinned))?;
+    Ok(dir.join("example").join("prometheus-operator-crd"))
 }
 
 /// The version the wrapper's `go.mod` requires for the pinned module.

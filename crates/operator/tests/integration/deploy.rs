@@ -9,9 +9,9 @@ use serde::Deserialize;
 
 use crate::support::client_with_crds;
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+pub const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-fn documents(yaml: &str) -> Vec<serde_json::Value> {
+pub fn documents(yaml: &str) -> Vec<serde_json::Value> {
     serde_yaml::Deserializer::from_str(yaml)
         .map(|doc| serde_json::Value::deserialize(doc).expect("YAML"))
         .filter(|v| !v.is_null())
@@ -20,7 +20,7 @@ fn documents(yaml: &str) -> Vec<serde_json::Value> {
 
 /// Server-side applies `object` with `dryRun=All`: the apiserver validates and admits it
 /// without storing it.
-async fn dry_run(client: &Client, object: &serde_json::Value) {
+pub async fn dry_run(client: &Client, object: &serde_json::Value) {
     let obj: DynamicObject = serde_json::from_value(object.clone()).expect("an object");
     let api = testing::api_for(client, &obj, "sample-operator")
         .await
@@ -33,7 +33,7 @@ async fn dry_run(client: &Client, object: &serde_json::Value) {
 }
 
 /// The namespace the manifests install into must exist for a dry run of what goes in it.
-async fn ensure_operator_namespace(client: &Client) {
+pub async fn ensure_operator_namespace(client: &Client) {
     let namespace = include_str!("../../../../deploy/operator/namespace.yaml");
     testing::apply_manifest(client, namespace)
         .await

@@ -4,6 +4,7 @@
 //! One test binary holds every suite, so the workspace links it once.
 
 mod api;
+mod chart;
 mod cluster;
 mod deploy;
 mod events;

@@ -54,10 +54,16 @@ impl Operator {
     }
 
     pub async fn start_with(config: RunConfig) -> Self {
-        let requests = RequestCounter::default();
         // As its ServiceAccount: whatever the operator does in a test, deploy/operator/rbac.yaml
         // must allow.
         let as_operator = operator_config(&testing::client().await).await;
+        Self::start_as(config, as_operator).await
+    }
+
+    /// Runs it with the client configuration `as_operator`, such as one that impersonates
+    /// another ServiceAccount.
+    pub async fn start_as(config: RunConfig, as_operator: kube::Config) -> Self {
+        let requests = RequestCounter::default();
         let client = requests.client(as_operator).expect("operator client");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(sample_operator::run(client, config, async move {

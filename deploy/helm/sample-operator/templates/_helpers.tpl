@@ -13,3 +13,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "sample-operator.fullname" -}}
 {{- if eq .Release.Name "sample-operator" }}sample-operator{{ else }}{{ printf "%s-sample-operator" .Release.Name | trunc 63 | trimSuffix "-" }}{{ end }}
 {{- end }}
+
+{{/* The image by digest when one is given, else by tag. */}}
+{{- define "sample-operator.image" -}}
+{{- if .Values.image.digest }}{{ printf "%s@%s" .Values.image.repository .Values.image.digest }}{{ else }}{{ printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}{{ end }}
+{{- end }}
+
+{{/* Checks of values that depend on each other, which values.schema.json cannot express. */}}
+{{- define "sample-operator.validate" -}}
+{{- if and (not .Values.rbac.clusterWide) (not .Values.watchNamespace) }}
+{{- fail "rbac.clusterWide=false needs watchNamespace: a Role grants access in one namespace only" }}
+{{- end }}
+{{- if and (not .Values.rbac.clusterWide) (eq .Values.networkBackend "neutron") (not .Values.neutron.clusterId) }}
+{{- fail "rbac.clusterWide=false with networkBackend=neutron needs neutron.clusterId: the default identity is read from the kube-system namespace, outside the Role" }}
+{{- end }}
+{{- if and .Values.metrics.serviceMonitor.enabled .Values.metrics.podMonitor.enabled }}
+{{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled: choose one, or every target is scraped twice" }}
+{{- end }}
+{{- if and .Values.networkPolicy.enabled (not .Values.networkPolicy.apiServer) }}
+{{- fail "networkPolicy.enabled needs networkPolicy.apiServer: the API server's endpoints, as {cidr, port}" }}
+{{- end }}
+{{- if and .Values.networkPolicy.enabled (eq .Values.networkBackend "neutron") (not .Values.networkPolicy.openstack) }}
+{{- fail "networkPolicy.enabled with networkBackend=neutron needs networkPolicy.openstack: Keystone's and Neutron's endpoints, as {cidr, port}" }}
+{{- end }}
+{{- end }}
