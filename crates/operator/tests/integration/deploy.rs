@@ -73,6 +73,7 @@ async fn the_deploy_manifests_pass_a_server_side_dry_run() {
         "ClusterRoleBinding",
         "Role",
         "Deployment",
+        "PodDisruptionBudget",
     ] {
         assert!(
             kinds.iter().any(|k| k == kind),
