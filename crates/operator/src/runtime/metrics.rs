@@ -269,6 +269,7 @@ impl Metrics {
             ),
             running: running.clone(),
             readiness: readiness.clone(),
+            // `r` takes its place below, once the collectors are in it too.
             registry: Registry::default(),
         };
         for result in ["published", "failed"] {
@@ -284,7 +285,7 @@ impl Metrics {
         }
     }
 
-    /// The metrics in the Prometheus text format.
+    /// The metrics in the OpenMetrics text format.
     pub fn render(&self) -> String {
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
