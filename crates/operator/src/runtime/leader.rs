@@ -179,7 +179,8 @@ async fn acquire(
 ) -> Result<Option<(tokio::sync::watch::Receiver<bool>, LeaseTask)>, Error> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), &lease.namespace);
     let mut lease_events = std::pin::pin!(watch_object(leases, &lease.name).default_backoff());
-    let mut last_holder: Option<String> = None;
+    // `None` until the watch's first event: the holder last seen.
+    let mut last_holder: Option<Option<String>> = None;
     loop {
         let manager = LeaseManagerBuilder::new(client.clone(), &lease.name)
             .with_namespace(&lease.namespace)
@@ -215,8 +216,11 @@ async fn acquire(
                         Ok(Some(l)) => l.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty()),
                         _ => continue,
                     };
-                    let released = last_holder.is_some() && holder.is_none();
-                    last_holder = holder;
+                    // Free: released since we last looked, or already free when first seen
+                    // (the release may land before the watch's first event; the manager,
+                    // started while the lease was held, would wait for it to expire).
+                    let released = holder.is_none() && last_holder.as_ref().is_none_or(Option::is_some);
+                    last_holder = Some(holder);
                     if released {
                         tracing::info!("the leader released the lease: competing for it now");
                         break Duration::ZERO;
