@@ -117,7 +117,6 @@ pub struct Metrics {
     panics: Family<ControllerLabels, Counter>,
     reconcile_time: Family<ControllerLabels, Histogram>,
     max_concurrent: Family<ControllerLabels, Gauge>,
-    active_workers: Family<ControllerLabels, Gauge>,
     retries: Family<QueueLabels, Counter>,
     work_duration: Family<QueueLabels, Histogram>,
     running: Arc<Running>,
@@ -170,6 +169,10 @@ impl Metrics {
         let mut r = Registry::default();
         let running = Arc::new(Running::default());
         let readiness = Arc::new(Readiness::default());
+        r.register_collector(Box::new(RunningCollector(running.clone())));
+        r.register_collector(Box::new(ReadinessCollector(readiness.clone())));
+        r.register_collector(Box::new(ApiRequests(requests)));
+        r.register_collector(Box::new(ProcessCollector));
         let metrics = Self {
             reconciles: register(
                 &mut r,
@@ -205,12 +208,6 @@ impl Metrics {
                 &mut r,
                 "controller_runtime_max_concurrent_reconciles",
                 "Maximum number of concurrent reconciles per controller",
-                Family::default(),
-            ),
-            active_workers: register(
-                &mut r,
-                "controller_runtime_active_workers",
-                "Number of currently used workers per controller",
                 Family::default(),
             ),
             retries: register(
@@ -267,22 +264,15 @@ impl Metrics {
                 "Requests to an external network backend (Neutron, Keystone) by method, resource and result: ok or the failure's reason",
                 Family::default(),
             ),
-            running: running.clone(),
-            readiness: readiness.clone(),
-            // `r` takes its place below, once the collectors are in it too.
-            registry: Registry::default(),
+            running,
+            readiness,
+            // Last: the families above registered into it as they were built.
+            registry: r,
         };
         for result in ["published", "failed"] {
             metrics.events.get_or_create(&EventLabels { result }).inc_by(0);
         }
-        r.register_collector(Box::new(RunningCollector(running)));
-        r.register_collector(Box::new(ReadinessCollector(readiness)));
-        r.register_collector(Box::new(ApiRequests(requests)));
-        r.register_collector(Box::new(ProcessCollector));
-        Self {
-            registry: r,
-            ..metrics
-        }
+        metrics
     }
 
     /// The metrics in the OpenMetrics text format.
@@ -302,7 +292,6 @@ impl Metrics {
             .get_or_create(&labels)
             .set(i64::from(max_concurrent));
         // Adding zero creates the series.
-        self.active_workers.get_or_create(&labels).inc_by(0);
         self.errors.get_or_create(&labels).inc_by(0);
         self.terminal_errors.get_or_create(&labels).inc_by(0);
         self.panics.get_or_create(&labels).inc_by(0);
@@ -317,9 +306,6 @@ impl Metrics {
 
     /// Call when a reconcile starts; the guard records its duration and outcome.
     pub fn reconcile(self: &Arc<Self>, controller: &'static str) -> ReconcileTimer {
-        self.active_workers
-            .get_or_create(&ControllerLabels { controller })
-            .inc();
         let start = Instant::now();
         let id = self.running.start(controller, start);
         ReconcileTimer {
@@ -383,6 +369,10 @@ impl Metrics {
         resource: &'static str,
     ) -> impl FnMut(&Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>) + Send + 'static
     {
+        // Both series from the start, at zero, so that a rate over them is 0 rather than empty.
+        let labels = ResourceLabels { resource };
+        self.watch_restarts.get_or_create(&labels).inc_by(0);
+        self.watch_errors.get_or_create(&labels).inc_by(0);
         let metrics = self.clone();
         let mut listed = false;
         move |event| match event {
@@ -446,31 +436,24 @@ impl ReconcileTimer {
         let controller = self.controller;
         let labels = ControllerLabels { controller };
         let m = &self.metrics;
-        let result = match outcome {
-            Outcome::Success => "success",
-            Outcome::RequeueAfter => "requeue_after",
+        let (result, failure) = match outcome {
+            Outcome::Success => ("success", None),
+            Outcome::RequeueAfter => ("requeue_after", None),
             Outcome::Panic => {
                 m.panics.get_or_create(&labels).inc();
-                m.errors.get_or_create(&labels).inc();
-                m.error_reasons
-                    .get_or_create(&ErrorLabels {
-                        controller,
-                        reason: "Panic",
-                    })
-                    .inc();
-                "error"
+                ("error", Some(("Panic", false)))
             }
-            Outcome::Error { reason, terminal } => {
-                if terminal {
-                    m.terminal_errors.get_or_create(&labels).inc();
-                }
-                m.errors.get_or_create(&labels).inc();
-                m.error_reasons
-                    .get_or_create(&ErrorLabels { controller, reason })
-                    .inc();
-                "error"
-            }
+            Outcome::Error { reason, terminal } => ("error", Some((reason, terminal))),
         };
+        if let Some((reason, terminal)) = failure {
+            if terminal {
+                m.terminal_errors.get_or_create(&labels).inc();
+            }
+            m.errors.get_or_create(&labels).inc();
+            m.error_reasons
+                .get_or_create(&ErrorLabels { controller, reason })
+                .inc();
+        }
         m.reconciles
             .get_or_create(&ResultLabels { controller, result })
             .inc();
@@ -486,12 +469,6 @@ impl Drop for ReconcileTimer {
     /// Also when the reconcile was dropped mid-way (the controller stopped with it in flight):
     /// it then counts in no result, as controller-runtime never sees such a reconcile end.
     fn drop(&mut self) {
-        self.metrics
-            .active_workers
-            .get_or_create(&ControllerLabels {
-                controller: self.controller,
-            })
-            .dec();
         self.metrics.running.finish(self.id);
     }
 }
@@ -518,6 +495,7 @@ impl Running {
         let mut state = self.lock();
         state.next_id += 1;
         let id = state.next_id;
+        state.controllers.insert(controller);
         state.reconciles.push((id, controller, at));
         id
     }
@@ -530,46 +508,79 @@ impl Running {
     }
 }
 
-/// Encodes `workqueue_unfinished_work_seconds` and `workqueue_longest_running_processor_seconds`
-/// from the reconciles running at the scrape.
+/// What one controller's running reconciles add up to at a scrape.
+struct RunningRow {
+    controller: &'static str,
+    workers: i64,
+    unfinished_seconds: f64,
+    longest_seconds: f64,
+}
+
+/// Encodes `controller_runtime_active_workers`, `workqueue_unfinished_work_seconds` and
+/// `workqueue_longest_running_processor_seconds` from the reconciles running at the scrape.
 #[derive(Debug)]
 struct RunningCollector(Arc<Running>);
 
+impl RunningCollector {
+    fn rows(&self) -> Vec<RunningRow> {
+        let now = Instant::now();
+        let state = self.0.lock();
+        let rows = state.controllers.iter().map(|&controller| {
+            let ages = state
+                .reconciles
+                .iter()
+                .filter(|r| r.1 == controller)
+                .map(|r| now.duration_since(r.2).as_secs_f64());
+            ages.fold(
+                RunningRow {
+                    controller,
+                    workers: 0,
+                    unfinished_seconds: 0.0,
+                    longest_seconds: 0.0,
+                },
+                |row, age| RunningRow {
+                    workers: row.workers + 1,
+                    unfinished_seconds: row.unfinished_seconds + age,
+                    longest_seconds: row.longest_seconds.max(age),
+                    ..row
+                },
+            )
+        });
+        rows.collect()
+    }
+}
+
 impl Collector for RunningCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let now = Instant::now();
-        let rows: Vec<(&'static str, f64, f64)> = {
-            let state = self.0.lock();
-            state
-                .controllers
-                .iter()
-                .map(|&controller| {
-                    let ages = state
-                        .reconciles
-                        .iter()
-                        .filter(|r| r.1 == controller)
-                        .map(|r| now.duration_since(r.2).as_secs_f64());
-                    let (sum, longest) = ages.fold((0.0, 0.0_f64), |(s, l), a| (s + a, l.max(a)));
-                    (controller, sum, longest)
-                })
-                .collect()
-        };
-        for (name, help, pick) in [
+        let rows = self.rows();
+        let mut workers = encoder.encode_descriptor(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            None,
+            MetricType::Gauge,
+        )?;
+        for row in &rows {
+            let labels = ControllerLabels {
+                controller: row.controller,
+            };
+            ConstGauge::new(row.workers).encode(workers.encode_family(&labels)?)?;
+        }
+        for (name, help, seconds) in [
             (
                 "workqueue_unfinished_work_seconds",
                 "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads",
-                (|row: &(&str, f64, f64)| row.1) as fn(&(&str, f64, f64)) -> f64,
+                rows.iter().map(|r| r.unfinished_seconds).collect::<Vec<_>>(),
             ),
             (
                 "workqueue_longest_running_processor_seconds",
                 "How many seconds has the longest running processor for workqueue been running",
-                |row: &(&str, f64, f64)| row.2,
+                rows.iter().map(|r| r.longest_seconds).collect(),
             ),
         ] {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for row in &rows {
-                let labels = QueueLabels::of(row.0);
-                ConstGauge::new(pick(row)).encode(family.encode_family(&labels)?)?;
+            for (row, value) in rows.iter().zip(seconds) {
+                let labels = QueueLabels::of(row.controller);
+                ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
             }
         }
         Ok(())
@@ -944,11 +955,23 @@ mod tests {
     }
 
     #[test]
-    fn requests_are_counted_by_code_host_and_method() {
+    fn requests_are_encoded_by_code_host_and_method() {
         let requests = RequestCounter::default();
-        let metrics = Metrics::new(requests);
+        let metrics = Metrics::new(requests.clone());
+        requests.count("127.0.0.1:6443", &http::Method::PATCH, "409".into());
+        requests.count("127.0.0.1:6443", &http::Method::PATCH, "409".into());
+        requests.count(
+            "127.0.0.1:6443",
+            &http::Method::GET,
+            super::super::requests::NO_RESPONSE.into(),
+        );
         let text = metrics.render();
-        assert!(text.contains("# TYPE rest_client_requests counter"), "{text}");
+        for line in [
+            r#"rest_client_requests_total{code="409",host="127.0.0.1:6443",method="PATCH"} 2"#,
+            r#"rest_client_requests_total{code="<error>",host="127.0.0.1:6443",method="GET"} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
     }
 
     /// The README's table of metrics, as (name, type) pairs.

@@ -87,7 +87,7 @@ impl RequestCounter {
         counts.iter().map(|(k, n)| (k.clone(), *n)).collect()
     }
 
-    fn count(&self, host: &str, method: &Method, code: String) {
+    pub(super) fn count(&self, host: &str, method: &Method, code: String) {
         let key = RequestKey {
             host: host.to_owned(),
             method: method.as_str().to_owned(),

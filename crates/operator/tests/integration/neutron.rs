@@ -94,32 +94,17 @@ impl NeutronOperator {
     }
 }
 
-fn metric_lines(metrics: &str) -> impl Iterator<Item = (&str, u64)> {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("sample_operator_backend_requests_total{"))
-        .filter_map(|l| {
-            let (labels, value) = l.rsplit_once(' ')?;
-            Some((labels, value.parse().ok()?))
-        })
-}
+const BACKEND_REQUESTS: &str = "sample_operator_backend_requests_total";
 
 fn backend_requests(metrics: &str, methods: &[&str]) -> u64 {
-    metric_lines(metrics)
-        .filter(|(labels, _)| {
-            methods
-                .iter()
-                .any(|m| labels.contains(&format!("method=\"{m}\"")))
-        })
-        .map(|(_, v)| v)
-        .sum()
+    methods
+        .iter()
+        .map(|m| metric_sum(metrics, BACKEND_REQUESTS, &[("method", m)]))
+        .sum::<f64>() as u64
 }
 
 fn backend_requests_of(metrics: &str, resource: &str) -> u64 {
-    metric_lines(metrics)
-        .filter(|(labels, _)| labels.contains(&format!("resource=\"{resource}\"")))
-        .map(|(_, v)| v)
-        .sum()
+    metric_sum(metrics, BACKEND_REQUESTS, &[("resource", resource)]) as u64
 }
 
 /// The test bed, started once per test process, and this test's hold on it.
