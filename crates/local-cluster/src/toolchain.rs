@@ -21,7 +21,13 @@ struct Module {
     pinned: &'static str,
     /// Packages to build; the binary takes the last path element's name.
     packages: &'static [&'static str],
+    /// Go build tags.
+    tags: &'static str,
 }
+
+/// The control plane's tags: SELinux support compiled in as upstream's release builds do, and
+/// no test-only code paths.
+const CONTROL_PLANE_TAGS: &str = "selinux,notest";
 
 const KUBERNETES: Module = Module {
     dir: "kubernetes",
@@ -32,16 +38,19 @@ const KUBERNETES: Module = Module {
         "k8s.io/kubernetes/cmd/kube-scheduler",
         "k8s.io/kubernetes/cmd/kubectl",
     ],
+    tags: CONTROL_PLANE_TAGS,
 };
 const ETCD: Module = Module {
     dir: "etcd",
     pinned: "go.etcd.io/etcd/server/v3",
     packages: &["."],
+    tags: CONTROL_PLANE_TAGS,
 };
 const KWOK: Module = Module {
     dir: "kwok",
     pinned: "sigs.k8s.io/kwok",
     packages: &["sigs.k8s.io/kwok/cmd/kwok"],
+    tags: CONTROL_PLANE_TAGS,
 };
 
 /// Only the Helm chart's test needs it, so it is built on demand rather than with the cluster.
@@ -49,6 +58,7 @@ const HELM: Module = Module {
     dir: "helm",
     pinned: "helm.sh/helm/v4",
     packages: &["helm.sh/helm/v4/cmd/helm"],
+    tags: CONTROL_PLANE_TAGS,
 };
 
 /// Nothing is built from it: the chart's test installs the CRDs its module ships.
@@ -56,6 +66,30 @@ const PROMETHEUS_OPERATOR: Module = Module {
     dir: "prometheus-operator",
     pinned: "github.com/prometheus-operator/prometheus-operator",
     packages: &[],
+    tags: "",
+};
+
+/// Prometheus and promtool, for the chart's alerting rules (`promtool check rules`, `promtool
+/// test rules`) and for a test in which a real Prometheus scrapes the operator. Built without
+/// any service discovery but static files (`remove_all_sd`), which halves the build: the test
+/// scrapes a fixed loopback address.
+const PROMETHEUS: Module = Module {
+    dir: "prometheus",
+    pinned: "github.com/prometheus/prometheus",
+    packages: &[
+        "github.com/prometheus/prometheus/cmd/prometheus",
+        "github.com/prometheus/prometheus/cmd/promtool",
+    ],
+    tags: "remove_all_sd",
+};
+
+/// kube-score, the linter the chart's rendered manifests pass (kube-linter's module host is
+/// not reachable through the Go module proxy here).
+const KUBE_SCORE: Module = Module {
+    dir: "kube-score",
+    pinned: "github.com/zegl/kube-score",
+    packages: &["github.com/zegl/kube-score/cmd/kube-score"],
+    tags: "",
 };
 
 /// Paths of the built binaries.
@@ -97,6 +131,29 @@ pub fn ensure() -> Result<Binaries> {
 pub fn helm() -> Result<PathBuf> {
     let _lock = crate::lock::FileLock::acquire(&paths::cache_dir().join("build.lock"))?;
     Ok(build(&HELM)?.join("helm"))
+}
+
+/// Paths of the pinned Prometheus server and its promtool.
+#[derive(Clone, Debug)]
+pub struct Prometheus {
+    pub prometheus: PathBuf,
+    pub promtool: PathBuf,
+}
+
+/// Prometheus and promtool, built from their Go module when not cached.
+pub fn prometheus() -> Result<Prometheus> {
+    let _lock = crate::lock::FileLock::acquire(&paths::cache_dir().join("build.lock"))?;
+    let dir = build(&PROMETHEUS)?;
+    Ok(Prometheus {
+        prometheus: dir.join("prometheus"),
+        promtool: dir.join("promtool"),
+    })
+}
+
+/// The kube-score binary, built from its Go module when not cached.
+pub fn kube_score() -> Result<PathBuf> {
+    let _lock = crate::lock::FileLock::acquire(&paths::cache_dir().join("build.lock"))?;
+    Ok(build(&KUBE_SCORE)?.join("kube-score"))
 }
 
 /// The folder of the Prometheus Operator's CustomResourceDefinitions (ServiceMonitor,
@@ -153,6 +210,9 @@ fn build(module: &Module) -> Result<PathBuf> {
     if module.dir == "kubernetes" {
         ldflags.push_str(&kubernetes_version_ldflags(&version));
     }
+    if module.dir == "prometheus" {
+        ldflags.push_str(&prometheus_version_ldflags(&version));
+    }
     let src = paths::toolchain_dir().join(module.dir);
     let mut cmd = go_command(&src);
     cmd.args([
@@ -160,7 +220,7 @@ fn build(module: &Module) -> Result<PathBuf> {
         "-v",
         "-trimpath",
         "-tags",
-        "selinux,notest",
+        module.tags,
         "-ldflags",
         &ldflags,
         "-o",
@@ -200,6 +260,24 @@ fn kubernetes_version_ldflags(version: &str) -> String {
         }
     }
     flags
+}
+
+/// Prometheus' module versions hide its release in the minor (v0.316.0 is 3.16.0, v0.54.1 was
+/// 2.54.1); the `-X` flag makes `--version` say the release.
+fn prometheus_version_ldflags(version: &str) -> String {
+    let release = version
+        .trim_start_matches("v0.")
+        .split_once('.')
+        .and_then(|(minor, patch)| {
+            let minor: u32 = minor.parse().ok()?;
+            Some(if minor >= 100 {
+                format!("{}.{}.{patch}", minor / 100, minor % 100)
+            } else {
+                format!("2.{minor}.{patch}")
+            })
+        })
+        .unwrap_or_else(|| version.to_owned());
+    format!(" -X github.com/prometheus/common/version.Version={release}")
 }
 
 /// `go` in `dir`, set up as for the control plane's builds: no cgo, the pinned go.sum, and the
@@ -335,5 +413,12 @@ mod tests {
         let flags = kubernetes_version_ldflags("v1.36.3");
         assert!(flags.contains("-X k8s.io/component-base/version.gitVersion=v1.36.3"));
         assert!(flags.contains("-X k8s.io/client-go/pkg/version.gitMinor=36"));
+    }
+
+    #[test]
+    fn prometheus_module_versions_map_to_its_releases() {
+        assert!(prometheus_version_ldflags("v0.316.0").ends_with("version.Version=3.16.0"));
+        assert!(prometheus_version_ldflags("v0.54.1").ends_with("version.Version=2.54.1"));
+        assert!(pinned_version(&PROMETHEUS).unwrap().starts_with("v0.3"));
     }
 }
