@@ -58,11 +58,24 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
             sets(&[
                 "metrics.serviceMonitor.enabled=true",
                 "metrics.serviceMonitor.labels.release=prometheus",
+                "metrics.prometheusRule.enabled=true",
+                "metrics.prometheusRule.labels.release=prometheus",
+                "metrics.dashboard.enabled=true",
             ]),
         ),
         (
             "scraped through a PodMonitor",
-            sets(&["metrics.podMonitor.enabled=true", "metrics.podMonitor.interval=15s"]),
+            sets(&[
+                "metrics.podMonitor.enabled=true",
+                "metrics.podMonitor.interval=15s",
+                "metrics.prometheusRule.enabled=true",
+                "metrics.prometheusRule.errorPercent=25",
+                "metrics.prometheusRule.latencySeconds=2.5",
+                "metrics.prometheusRule.notReadyFor=1h",
+                "metrics.dashboard.enabled=true",
+                "metrics.dashboard.namespace=monitoring",
+                "metrics.dashboard.annotations.grafana_folder=Operators",
+            ]),
         ),
         (
             "by digest, with priority, pull secrets and extra env and volumes",
@@ -131,7 +144,7 @@ fn with_sets(mut args: Vec<String>, sets: &[String]) -> Vec<String> {
 }
 
 /// `helm template` with `sets`: the rendered objects, or helm's error.
-async fn render(sets: &[String]) -> Result<Vec<serde_json::Value>, String> {
+pub(crate) async fn render(sets: &[String]) -> Result<Vec<serde_json::Value>, String> {
     render_in(RELEASE, sets).await
 }
 
@@ -155,7 +168,7 @@ fn kinds(objects: &[serde_json::Value]) -> Vec<&str> {
     objects.iter().filter_map(|o| o["kind"].as_str()).collect()
 }
 
-fn find<'a>(objects: &'a [serde_json::Value], kind: &str) -> Option<&'a serde_json::Value> {
+pub(crate) fn find<'a>(objects: &'a [serde_json::Value], kind: &str) -> Option<&'a serde_json::Value> {
     objects.iter().find(|o| o["kind"] == kind)
 }
 
@@ -199,6 +212,26 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
             "choose one",
         ),
         ("networkPolicy.enabled=true", "needs networkPolicy.apiServer"),
+        (
+            "metrics.prometheusRule.enabled=true",
+            "needs metrics.prometheusRule.selector",
+        ),
+        (
+            "metrics.prometheusRule.errorPercent=0",
+            "/metrics/prometheusRule/errorPercent",
+        ),
+        (
+            "metrics.prometheusRule.selector=sample-operator",
+            "/metrics/prometheusRule/selector",
+        ),
+        (
+            "metrics.prometheusRule.runbookURL=docs/runbooks.md",
+            "/metrics/prometheusRule/runbookURL",
+        ),
+        (
+            "metrics.dashboard.namespace=Monitoring",
+            "/metrics/dashboard/namespace",
+        ),
         (
             "rbac.clusterWide=false,watchNamespace=a,networkBackend=neutron",
             "needs neutron.clusterId",
@@ -262,6 +295,7 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
     let client = client_with_crds().await;
     ensure_operator_namespace(&client).await;
     ensure_namespace(&client, TEAM, serde_json::json!({})).await;
+    ensure_namespace(&client, "monitoring", serde_json::json!({})).await;
     install_prometheus_operator_crds(&client).await;
 
     for (name, sets) in combinations() {
@@ -322,6 +356,45 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
             has("metrics.podMonitor.enabled=true"),
             "{name}"
         );
+        let rule = find(&objects, "PrometheusRule");
+        assert_eq!(
+            rule.is_some(),
+            has("metrics.prometheusRule.enabled=true"),
+            "{name}"
+        );
+        if let Some(rule) = rule {
+            let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+            let expr = |alert: &str| {
+                rules.iter().find(|r| r["alert"] == alert).unwrap()["expr"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            };
+            let ratio = if has("metrics.prometheusRule.errorPercent=25") {
+                "0.25"
+            } else {
+                "0.1"
+            };
+            assert!(
+                expr("SampleOperatorReconcileErrors").ends_with(&format!("> {ratio}")),
+                "{name}"
+            );
+        }
+        let dashboard = objects
+            .iter()
+            .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "sample-operator-dashboard");
+        assert_eq!(
+            dashboard.is_some(),
+            has("metrics.dashboard.enabled=true"),
+            "{name}"
+        );
+        if let Some(dashboard) = dashboard {
+            assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+            let json: serde_json::Value =
+                serde_json::from_str(dashboard["data"]["sample-operator.json"].as_str().unwrap())
+                    .expect("the dashboard's JSON");
+            assert_eq!(json["uid"], "sample-operator", "{name}");
+        }
         let image = pod["containers"][0]["image"].as_str().unwrap();
         if sets.iter().any(|s| s.starts_with("image.digest=")) {
             assert_eq!(image, format!("sample-operator@{DIGEST}"));
@@ -349,6 +422,17 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
     }
 }
 
+/// The Pod the rendered Deployment would make, with `change` applied to its template. Without
+/// its ServiceAccount, which admission does not need.
+fn operator_pod(objects: &[serde_json::Value], change: impl FnOnce(&mut serde_json::Value)) -> Pod {
+    let mut template = find(objects, "Deployment").expect("a Deployment")["spec"]["template"].clone();
+    template["metadata"]["name"] = "operator".into();
+    change(&mut template);
+    let mut pod: Pod = serde_json::from_value(template).expect("a Pod template");
+    pod.spec.as_mut().expect("a Pod spec").service_account_name = None;
+    pod
+}
+
 #[tokio::test]
 async fn the_operator_pod_is_admitted_under_pod_security_restricted() {
     let client = client_with_crds().await;
@@ -359,40 +443,24 @@ async fn the_operator_pod_is_admitted_under_pod_security_restricted() {
         serde_json::json!({"pod-security.kubernetes.io/enforce": "restricted"}),
     )
     .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
     for (name, sets) in combinations() {
         let objects = render(&sets).await.unwrap();
-        let deployment = find(&objects, "Deployment").unwrap();
-        let mut template = deployment["spec"]["template"].clone();
-        template["metadata"]["name"] = "operator".into();
-        template["metadata"]["namespace"] = namespace.into();
-        let mut pod: Pod = serde_json::from_value(template).unwrap();
-        // The ServiceAccount is not installed in this namespace; admission does not need it.
-        pod.spec.as_mut().unwrap().service_account_name = None;
-        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-        let params = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
-        if let Err(e) = api.create(&params, &pod).await {
+        let pod = operator_pod(&objects, |_| {});
+        if let Err(e) = pods.create(&dry_run, &pod).await {
             panic!("{name}: the operator's Pod is refused under Pod Security restricted: {e}");
         }
     }
     // The check can fail: a Pod that breaks the profile is refused.
     let objects = render(&[]).await.unwrap();
-    let mut template = find(&objects, "Deployment").unwrap()["spec"]["template"].clone();
-    template["metadata"]["name"] = "privileged".into();
-    template["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = true.into();
-    let mut pod: Pod = serde_json::from_value(template).unwrap();
-    pod.spec.as_mut().unwrap().service_account_name = None;
-    let refused = Api::<Pod>::namespaced(client.clone(), namespace)
-        .create(
-            &PostParams {
-                dry_run: true,
-                ..PostParams::default()
-            },
-            &pod,
-        )
-        .await;
+    let pod = operator_pod(&objects, |template| {
+        template["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = true.into();
+    });
+    let refused = pods.create(&dry_run, &pod).await;
     assert!(refused.is_err(), "Pod Security admission is not enforcing");
 }
 
@@ -454,4 +522,103 @@ async fn watching_one_namespace_the_operator_needs_only_the_charts_role() {
     crate::support::wait_for_event(&client, &ns.name, "web", "Synced").await;
     operator.stop().await;
     ns.delete().await;
+}
+
+/// kube-score's checks the chart does not follow on purpose, and why. Besides these,
+/// `--ignore-container-cpu-limit`: the CPU is requested and not limited, since a CFS quota
+/// throttles reconcile bursts for no gain.
+const KUBE_SCORE_EXCEPTIONS: &[(&str, &str)] = &[
+    (
+        "container-cpu-requests-equal-limits",
+        "no CPU limit, as above (memory requests do equal limits)",
+    ),
+    (
+        "container-resource-requests-equal-limits",
+        "CPU and memory together; memory is held to it by container-memory-requests-equal-limits",
+    ),
+    (
+        "container-image-pull-policy",
+        "IfNotPresent: the image is pulled by digest or by its immutable release tag, and with \
+         Always a registry outage would keep a standby from starting",
+    ),
+    (
+        "deployment-has-host-podantiaffinity",
+        "topologySpreadConstraints spread the replicas across nodes and zones (preferred, so a \
+         one-node cluster still runs them all); kube-score reads only podAntiAffinity",
+    ),
+];
+
+/// kube-score (the linter the Go module proxy lets us build, in place of kube-linter) on every
+/// option combination, with every check, the optional ones too: nothing found but the
+/// explained exceptions.
+#[tokio::test]
+async fn kube_score_finds_nothing_but_the_explained_exceptions() {
+    let kube_score = tokio::task::spawn_blocking(local_cluster::toolchain::kube_score)
+        .await
+        .unwrap()
+        .expect("kube-score builds");
+    // `kube-score list`: id,target,description,default|optional.
+    let list = std::process::Command::new(&kube_score)
+        .arg("list")
+        .output()
+        .unwrap();
+    let list = String::from_utf8(list.stdout).unwrap();
+    let checks: Vec<(&str, bool)> = list
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split(',').collect();
+            Some((*fields.first()?, *fields.last()? == "optional"))
+        })
+        .collect();
+    assert!(checks.len() > 30, "{list}");
+    let excepted = |id: &str| KUBE_SCORE_EXCEPTIONS.iter().any(|(e, _)| *e == id);
+    for (id, _) in KUBE_SCORE_EXCEPTIONS {
+        assert!(checks.iter().any(|c| c.0 == *id), "{id} is a kube-score check");
+    }
+    for (name, sets) in combinations() {
+        let objects = render(&sets).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let yaml: String = objects
+            .iter()
+            .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap()))
+            .collect();
+        let file = std::env::temp_dir().join(format!("kube-score-{}.yaml", std::process::id()));
+        std::fs::write(&file, yaml).unwrap();
+        let mut command = tokio::process::Command::new(&kube_score);
+        command.args([
+            "score",
+            "--kubernetes-version=v1.36",
+            "--exit-one-on-warning",
+            "--ignore-container-cpu-limit",
+            "--output-format=ci",
+        ]);
+        for (id, optional) in &checks {
+            match (optional, excepted(id)) {
+                (true, false) => command.arg(format!("--enable-optional-test={id}")),
+                (false, true) => command.arg(format!("--ignore-test={id}")),
+                _ => &mut command,
+            };
+        }
+        // The NetworkPolicy needs the cluster's API server endpoints, so it is off by default;
+        // where it is on, kube-score checks it covers the Pods.
+        if !sets.iter().any(|s| s == "networkPolicy.enabled=true") {
+            command.arg("--ignore-test=pod-networkpolicy");
+        }
+        // One replica is a choice the combination makes (no standby), not a default.
+        if sets.iter().any(|s| s == "replicaCount=1") {
+            command.arg("--ignore-test=deployment-replicas");
+        }
+        let output = command.arg(&file).output().await.unwrap();
+        let _ = std::fs::remove_file(&file);
+        let report = String::from_utf8_lossy(&output.stdout);
+        let findings: Vec<&str> = report
+            .lines()
+            .filter(|l| !l.starts_with("[OK]") && !l.starts_with("[SKIPPED]"))
+            .collect();
+        assert!(
+            output.status.success() && findings.is_empty(),
+            "kube-score on {name}:\n{}\n{}",
+            findings.join("\n"),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 }

@@ -10,6 +10,7 @@ mod deploy;
 mod events;
 mod foo;
 mod leader;
+mod monitoring;
 mod my_custom_resource;
 mod network;
 mod neutron;

@@ -20,14 +20,14 @@ use crate::support::{client_with_crds, metric_sum, operator_kubeconfig};
 const BINARY: &str = env!("CARGO_BIN_EXE_sample-operator");
 
 /// A running `sample-operator run`, killed when dropped.
-struct OperatorProcess {
+pub(crate) struct OperatorProcess {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     log: PathBuf,
 }
 
 impl OperatorProcess {
-    fn spawn(name: &str, dir: &Path, args: &[&str]) -> Self {
+    pub(crate) fn spawn(name: &str, dir: &Path, args: &[&str]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -109,7 +109,7 @@ impl Drop for OperatorProcess {
 }
 
 /// A plain HTTP/1.0 GET on loopback: status and body.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
@@ -123,7 +123,7 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Duration {
+pub(crate) async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
     loop {
         if check() {
@@ -134,13 +134,13 @@ async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bo
     }
 }
 
-fn scratch_dir(name: &str) -> PathBuf {
+pub(crate) fn scratch_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sample-operator-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
-async fn wait_foo_available(foos: &kube::Api<Foo>, name: &str) {
+pub(crate) async fn wait_foo_available(foos: &kube::Api<Foo>, name: &str) {
     testing::wait_for(foos, name, "available", Duration::from_secs(60), |f| {
         f.status.as_ref().is_some_and(|s| s.available_replicas == 1)
     })
@@ -148,7 +148,7 @@ async fn wait_foo_available(foos: &kube::Api<Foo>, name: &str) {
     .unwrap();
 }
 
-async fn create_foo(foos: &kube::Api<Foo>, name: &str) {
+pub(crate) async fn create_foo(foos: &kube::Api<Foo>, name: &str) {
     let foo = Foo::new(
         name,
         FooSpec {

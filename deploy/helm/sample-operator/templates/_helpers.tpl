@@ -30,10 +30,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and .Values.metrics.serviceMonitor.enabled .Values.metrics.podMonitor.enabled }}
 {{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled: choose one, or every target is scraped twice" }}
 {{- end }}
+{{- with .Values.metrics }}
+{{- if and .prometheusRule.enabled (not .prometheusRule.selector) (not .serviceMonitor.enabled) (not .podMonitor.enabled) }}
+{{- fail "metrics.prometheusRule.enabled needs metrics.prometheusRule.selector, or a ServiceMonitor or PodMonitor whose job it can select" }}
+{{- end }}
+{{- end }}
 {{- if and .Values.networkPolicy.enabled (not .Values.networkPolicy.apiServer) }}
 {{- fail "networkPolicy.enabled needs networkPolicy.apiServer: the API server's endpoints, as {cidr, port}" }}
 {{- end }}
 {{- if and .Values.networkPolicy.enabled (eq .Values.networkBackend "neutron") (not .Values.networkPolicy.openstack) }}
 {{- fail "networkPolicy.enabled with networkBackend=neutron needs networkPolicy.openstack: Keystone's and Neutron's endpoints, as {cidr, port}" }}
+{{- end }}
+{{- end }}
+
+{{/* An alert's runbook: a link when metrics.prometheusRule.runbookURL says where
+docs/runbooks.md is served, else the file and section by name. Takes (list url anchor). */}}
+{{- define "sample-operator.runbook" -}}
+{{- $url := index . 0 }}{{- $anchor := index . 1 }}
+{{- if $url }}
+runbook_url: {{ printf "%s#%s" $url $anchor | quote }}
+{{- else }}
+runbook: {{ printf "docs/runbooks.md#%s in the sample-operator repository" $anchor | quote }}
 {{- end }}
 {{- end }}
