@@ -41,7 +41,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ours,sample-controller,controller-runtime,ceiling"
+        default_value = "ours,sample-controller,sample-controller-tuned,controller-runtime,controller-runtime-tuned,ceiling"
     )]
     contenders: Vec<Contender>,
     /// Scenarios to run.

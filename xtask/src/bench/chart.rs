@@ -176,6 +176,8 @@ fn color(contender: Contender) -> RGBColor {
         Contender::Ours => RGBColor(0xd9, 0x48, 0x1c),
         Contender::SampleController => RGBColor(0x1f, 0x77, 0xb4),
         Contender::ControllerRuntime => RGBColor(0x2c, 0xa0, 0x2c),
+        Contender::SampleControllerTuned => RGBColor(0x9e, 0xc5, 0xe8),
+        Contender::ControllerRuntimeTuned => RGBColor(0x98, 0xdf, 0x8a),
         Contender::Ceiling => RGBColor(0x55, 0x55, 0x55),
     }
 }

@@ -33,15 +33,24 @@ pub enum Contender {
     SampleController,
     /// The Foo controller on controller-runtime in bench/go, with controller-runtime's defaults.
     ControllerRuntime,
+    /// sample-controller as its users tune it: as many workers as our `--concurrency`, and no
+    /// client-side rate limit (flags patched in at build time, see `SAMPLE_CONTROLLER_TUNING`).
+    SampleControllerTuned,
+    /// controller-runtime as its users tune it: `MaxConcurrentReconciles` equal to our
+    /// `--concurrency`, managedFields stripped from the cache, and only its own Deployments
+    /// cached (by label).
+    ControllerRuntimeTuned,
     /// bench/go's plain client issuing a controller's writes and nothing else.
     Ceiling,
 }
 
 impl Contender {
-    pub const ALL: [Contender; 4] = [
+    pub const ALL: [Contender; 6] = [
         Contender::Ours,
         Contender::SampleController,
+        Contender::SampleControllerTuned,
         Contender::ControllerRuntime,
+        Contender::ControllerRuntimeTuned,
         Contender::Ceiling,
     ];
 
@@ -50,6 +59,8 @@ impl Contender {
             Contender::Ours => "sample-operator (ours)",
             Contender::SampleController => "sample-controller (Go)",
             Contender::ControllerRuntime => "controller-runtime (Go)",
+            Contender::SampleControllerTuned => "sample-controller tuned (Go)",
+            Contender::ControllerRuntimeTuned => "controller-runtime tuned (Go)",
             Contender::Ceiling => "ceiling (plain client)",
         }
     }
@@ -57,6 +68,17 @@ impl Contender {
     /// Whether a client-side rate limit, not the apiserver, sets this contender's pace.
     pub fn is_rate_limited(self) -> bool {
         self == Contender::SampleController
+    }
+
+    /// One of the Go controllers (not ours, not the ceiling).
+    pub fn is_go_peer(self) -> bool {
+        matches!(
+            self,
+            Contender::SampleController
+                | Contender::SampleControllerTuned
+                | Contender::ControllerRuntime
+                | Contender::ControllerRuntimeTuned
+        )
     }
 
     /// The N this contender runs at: sample-controller's client-side rate limit would make
@@ -133,6 +155,26 @@ impl Contenders {
                     format!("-metrics-bind-address=127.0.0.1:{}", free_port()?),
                 ],
             ),
+            Contender::SampleControllerTuned => (
+                self.go_bin.join("sample-controller-tuned"),
+                vec![
+                    format!("-kubeconfig={kubeconfig}"),
+                    format!("-workers={concurrency}"),
+                    // client-go reads a negative QPS as no client-side rate limit, which is
+                    // how controller-runtime and our operator run.
+                    "-qps=-1".into(),
+                ],
+            ),
+            Contender::ControllerRuntimeTuned => (
+                self.go_bin.join("controller-runtime-foo"),
+                vec![
+                    format!("-kubeconfig={kubeconfig}"),
+                    format!("-metrics-bind-address=127.0.0.1:{}", free_port()?),
+                    format!("-max-concurrent-reconciles={concurrency}"),
+                    "-strip-managed-fields".into(),
+                    "-deployment-selector=app.kubernetes.io/managed-by=controller-runtime-foo".into(),
+                ],
+            ),
             Contender::Ceiling => (
                 self.go_bin.join("ceiling"),
                 vec![
@@ -188,15 +230,85 @@ fn go_module() -> PathBuf {
     paths::repo_root().join("bench/go")
 }
 
-/// Builds sample-controller, controller-runtime-foo and ceiling into the cache unless the same
-/// sources were built before, and returns their folder.
+/// sample-controller hardcodes 2 workers and keeps client-go's default rate limit (5 requests a
+/// second, bursts of 10), with no flag for either. Its tuned build is a copy of its module with
+/// these lines of main.go swapped, (line, replacement), and a file of flags added. (`go build
+/// -overlay` would leave no copy, but refuses to replace files in the module cache.)
+const SAMPLE_CONTROLLER_TUNING: [(&str, &str); 2] = [
+    ("controller.Run(ctx, 2)", "controller.Run(ctx, benchWorkers)"),
+    (
+        "kubeClient, err := kubernetes.NewForConfig(cfg)",
+        "cfg.QPS, cfg.Burst = float32(benchQPS), benchBurst\n\tkubeClient, err := kubernetes.NewForConfig(cfg)",
+    ),
+];
+
+/// The flags the tuned sample-controller gets, as one more file of its `main` package.
+const SAMPLE_CONTROLLER_TUNING_FLAGS: &str = r#"package main
+
+import "flag"
+
+// Added by the benchmark's tuned build: the numbers its users change in main.go.
+var (
+	benchWorkers int
+	benchQPS     float64
+	benchBurst   int
+)
+
+func init() {
+	flag.IntVar(&benchWorkers, "workers", 2, "Workers processing the queue (sample-controller: 2).")
+	flag.Float64Var(&benchQPS, "qps", 5, "Client-side requests per second; negative: no limit (client-go: 5).")
+	flag.IntVar(&benchBurst, "burst", 10, "Client-side burst (client-go: 10).")
+}
+"#;
+
+/// Copies sample-controller's module (at the version bench/go requires) into `dir`, tuned, to
+/// be built there with its own go.mod and go.sum.
+fn tuned_sample_controller_source(module: &Path, dir: &Path) -> Result<()> {
+    let download = go_output(module, &["mod", "download", "-json", "k8s.io/sample-controller"])?;
+    let info: serde_json::Value = serde_json::from_str(&download)?;
+    let source = PathBuf::from(info["Dir"].as_str().context("no Dir from go mod download")?);
+    copy_tree(&source, dir)?;
+    let mut main = std::fs::read_to_string(source.join("main.go"))?;
+    for (line, replacement) in SAMPLE_CONTROLLER_TUNING {
+        if main.matches(line).count() != 1 {
+            bail!("sample-controller's main.go no longer has `{line}` once: update the tuning");
+        }
+        main = main.replace(line, replacement);
+    }
+    std::fs::write(dir.join("main.go"), main)?;
+    std::fs::write(dir.join("bench_tuning.go"), SAMPLE_CONTROLLER_TUNING_FLAGS)?;
+    Ok(())
+}
+
+/// Copies a folder's files (writable: the module cache's are read-only).
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::write(&target, std::fs::read(entry.path())?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Builds sample-controller (as is and tuned), controller-runtime-foo and ceiling into the cache
+/// unless the same sources were built before, and returns their folder.
 fn build_go_contenders() -> Result<PathBuf> {
     let module = go_module();
     let go_version = go_output(&module, &["env", "GOVERSION"])?;
     let dest = paths::cache_dir()
         .join("bin")
         .join(format!("bench-go-{:016x}", fingerprint(&module, &go_version)?));
-    let binaries = ["sample-controller", "controller-runtime-foo", "ceiling"];
+    let binaries = [
+        "sample-controller",
+        "sample-controller-tuned",
+        "controller-runtime-foo",
+        "ceiling",
+    ];
     if binaries.iter().all(|b| dest.join(b).is_file()) {
         return Ok(dest);
     }
@@ -218,6 +330,21 @@ fn build_go_contenders() -> Result<PathBuf> {
     if !status.success() {
         bail!("go build in {} failed", module.display());
     }
+    let tuned = staging.join("sample-controller-tuned-src");
+    tuned_sample_controller_source(&module, &tuned)?;
+    let status = go_command(&tuned)
+        .args(["build", "-trimpath", "-o"])
+        .arg(staging.join("sample-controller-tuned"))
+        .arg(".")
+        .status()
+        .context("running go build")?;
+    if !status.success() {
+        bail!(
+            "go build of the tuned sample-controller in {} failed",
+            tuned.display()
+        );
+    }
+    std::fs::remove_dir_all(&tuned)?;
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::rename(&staging, &dest)?;
     Ok(dest)
@@ -243,6 +370,11 @@ fn fingerprint(module: &Path, go_version: &str) -> Result<u64> {
     files.sort();
     let mut hash = Fnv1a::default();
     hash.write(go_version.as_bytes());
+    for (line, replacement) in SAMPLE_CONTROLLER_TUNING {
+        hash.write(line.as_bytes());
+        hash.write(replacement.as_bytes());
+    }
+    hash.write(SAMPLE_CONTROLLER_TUNING_FLAGS.as_bytes());
     for file in files {
         hash.write(
             file.strip_prefix(module)

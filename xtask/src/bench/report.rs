@@ -477,12 +477,7 @@ fn best_go_peer<'a, 'b>(
 ) -> Option<&'a Group<'b>> {
     groups
         .iter()
-        .filter(|g| {
-            matches!(
-                g.contender,
-                Contender::SampleController | Contender::ControllerRuntime
-            )
-        })
+        .filter(|g| g.contender.is_go_peer())
         .filter_map(|g| value(g).map(|s| (g, s.median / g.n as f64)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(g, _)| g)
@@ -499,8 +494,12 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
          - Our operator runs as `sample-operator run --kubeconfig PATH --controllers=foo` (release build, otherwise with \
          its defaults: the peers run a Foo controller only); sample-controller as \
          `sample-controller -kubeconfig PATH` with its defaults, controller-runtime-foo with controller-runtime's \
-         defaults (one reconcile at a time, no client-side rate limit); the ceiling writes {conc} Foos at a time.\n\
-         - **Cap:** sample-controller keeps client-go's default client-side rate limit (5 requests/s, burst 10, \
+         defaults (one reconcile at a time, no client-side rate limit). Tuned, as their users run them: \
+         sample-controller with {conc} workers and no client-side rate limit (`-workers={conc} -qps=-1`, flags \
+         patched into its main.go at build time), controller-runtime-foo with `MaxConcurrentReconciles` {conc}, \
+         managedFields stripped from its cache and only its own Deployments cached (a label selector); the \
+         ceiling writes {conc} Foos at a time.\n\
+         - **Cap:** sample-controller (untuned) keeps client-go's default client-side rate limit (5 requests/s, burst 10, \
          for each of its two clients), which holds it to about 5 Foos a second (one status update each), so its \
          timed runs use at most {cap} Foos. Ratios marked † compare per Foo (time or CPU divided by N) for that \
          reason.\n\

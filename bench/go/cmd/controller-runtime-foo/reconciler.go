@@ -82,12 +82,22 @@ func desiredReplicas(foo *Foo) int32 {
 	return 1
 }
 
-// newDeployment is the Foo's nginx Deployment, labelled as kubernetes/sample-controller does.
+// managedByLabel marks the Deployments this controller makes, so that a cache can be limited to
+// them (-deployment-selector), as our operator limits its own.
+const managedByLabel = "app.kubernetes.io/managed-by"
+const managedBy = "controller-runtime-foo"
+
+// newDeployment is the Foo's nginx Deployment, labelled as kubernetes/sample-controller does,
+// plus the managed-by label on the Deployment itself.
 func newDeployment(foo *Foo) *appsv1.Deployment {
 	labels := map[string]string{"app": "nginx", "controller": foo.Name}
 	replicas := desiredReplicas(foo)
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: foo.Spec.DeploymentName, Namespace: foo.Namespace},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      foo.Spec.DeploymentName,
+			Namespace: foo.Namespace,
+			Labels:    map[string]string{managedByLabel: managedBy},
+		},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
