@@ -17,6 +17,7 @@ use crate::network::backend::neutron::client::CloudSource;
 use crate::runtime::Telemetry;
 use crate::runtime::leader::{LeaseConfig, Outcome};
 use crate::runtime::requests::RequestCounter;
+use crate::runtime::watch::InitialList;
 use crate::{ControllerName, RunConfig};
 
 #[derive(Parser, Debug)]
@@ -85,6 +86,11 @@ pub struct RunArgs {
     /// instead of their metadata, to measure the memory the metadata-only watch saves.
     #[arg(long, hide = true)]
     pub measure_full_pod_watch: bool,
+    /// How each watch fetches its first list: `list` (paged LIST requests, then a watch) or
+    /// `stream` (one watch that streams the current objects first: Kubernetes' WatchList, on
+    /// by default from 1.34).
+    #[arg(long, env = "SAMPLE_OPERATOR_INITIAL_LIST", value_enum, default_value_t = InitialList::List)]
+    pub initial_list: InitialList,
     /// Address of the HTTP server for /metrics, /healthz and /readyz.
     #[arg(long, env = "SAMPLE_OPERATOR_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]
     pub http_address: SocketAddr,
@@ -310,6 +316,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         } else {
             crate::my_custom_resource::PodWatch::Metadata
         },
+        initial_list: args.initial_list,
         ..RunConfig::default()
     };
     preflight(&client, &run, &server).await?;

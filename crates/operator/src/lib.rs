@@ -71,6 +71,8 @@ pub struct RunConfig {
     pub pod_watch: my_custom_resource::PodWatch,
     /// Where the Network controller syncs Networks to.
     pub network_backend: network::BackendConfig,
+    /// How every watch fetches its first list.
+    pub initial_list: runtime::watch::InitialList,
 }
 
 impl Default for RunConfig {
@@ -83,6 +85,7 @@ impl Default for RunConfig {
             instance: default_instance(),
             pod_watch: my_custom_resource::PodWatch::Metadata,
             network_backend: network::BackendConfig::Multus,
+            initial_list: runtime::watch::InitialList::default(),
         }
     }
 }

@@ -23,6 +23,26 @@ use super::Shared;
 use super::controller::Object;
 use super::own_writes::OwnWrites;
 
+/// How a watch fetches its first list of objects, and again after it lost its place.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum InitialList {
+    /// LIST requests in pages of 500, then a watch from the list's resourceVersion.
+    #[default]
+    List,
+    /// One watch that first streams the current objects (Kubernetes' WatchList, served by
+    /// default from 1.34): no LIST, and the API server sends from its watch cache.
+    Stream,
+}
+
+impl InitialList {
+    pub fn apply(self, selection: watcher::Config) -> watcher::Config {
+        match self {
+            InitialList::List => selection,
+            InitialList::Stream => selection.streaming_lists(),
+        }
+    }
+}
+
 /// Whether a watch has delivered its first complete list into its cache. Any number of tasks
 /// may wait for it. (kube's `Store::wait_until_ready` wakes only one of several concurrent
 /// waiters: its readiness is a oneshot receiver, which keeps the waker of whoever polled last.)
@@ -87,6 +107,7 @@ impl Shared {
         let own_writes = OwnWrites::default();
         let seen = own_writes.clone();
         let (synced, mark) = Synced::new();
+        let selection = self.config.initial_list.apply(selection);
         let events = watcher::watcher(self.api::<K>(), selection)
             .default_backoff()
             // The CRD's name (`foos.example.com`) tells the kinds of one plural apart.
@@ -122,6 +143,7 @@ impl Shared {
     {
         let (store, writer) = reflector::store();
         let (synced, mark) = Synced::new();
+        let selection = self.config.initial_list.apply(selection);
         let events = watcher::watcher(api, selection)
             .default_backoff()
             .inspect(self.metrics.watch_observer(name))

@@ -7,6 +7,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
+use sample_operator::runtime::watch::InitialList;
 use sample_operator::{ControllerName, RunConfig};
 use sample_operator_api::{ExampleFoo, Foo, FooKind, FooSpec};
 use serde_json::json;
@@ -444,16 +445,33 @@ async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
     assert_eq!(during.writes(), 0, "writes during five resyncs: {during:?}");
     operator.stop().await;
 
-    let restarted = Operator::start_with(config).await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let after_restart = restarted.requests();
-    assert!(after_restart.get > 0, "the restarted operator did not even list");
-    assert_eq!(
-        after_restart.writes(),
-        0,
-        "writes after a restart: {after_restart:?}"
-    );
-    restarted.stop().await;
+    // Restarted, with either way of fetching the first list: reads, and no write.
+    for initial_list in [InitialList::List, InitialList::Stream] {
+        let config = RunConfig {
+            initial_list,
+            ..config.clone()
+        };
+        let restarted = Operator::start_with(config).await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let after_restart = restarted.requests();
+        assert!(
+            after_restart.get > 0,
+            "{initial_list:?}: the restarted operator did not even list"
+        );
+        assert_eq!(
+            after_restart.writes(),
+            0,
+            "{initial_list:?}: writes after a restart: {after_restart:?}"
+        );
+        if initial_list == InitialList::Stream {
+            // Its watches are live: a new Foo converges.
+            foos.create(&PostParams::default(), &foo("streamed", "streamed", Some(1)))
+                .await
+                .unwrap();
+            wait_available(&foos, "streamed", 1).await;
+        }
+        restarted.stop().await;
+    }
     ns.delete().await;
 }
 
