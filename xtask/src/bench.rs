@@ -26,22 +26,47 @@ use contender::{Contender, Contenders};
 use report::{Meta, Results};
 use run::{RunOptions, RunResult, RunSpec, Scenario};
 
-/// Options of `cargo xtask bench`. The defaults are the full benchmark, which takes
-/// hours; `--n 50 --repeats 1 --steady-window 30s --memory-foos 500` is a quick check.
+/// What `--preset` sets; an option given on the command line wins over it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Preset {
+    /// The whole table (bench/RESULTS.md): 1,000 to 100,000 Foos; most of a day.
+    Full,
+    /// Every contender and scenario at a small size, once: a few minutes, a smoke test.
+    Quick,
+}
+
+/// Sizes from this one up run once, whatever `--repeats` says: a run takes many minutes.
+const LARGE_N: usize = 50_000;
+
+/// The peers at their defaults stop at this size (the tuned ones go on): their single worker,
+/// or rate limit, would take hours over 100,000 Foos.
+const UNTUNED_MAX_N: usize = 10_000;
+
+/// Options of `cargo xtask bench`. The defaults are `--preset full`, the whole benchmark, which
+/// takes hours; `--preset quick` takes minutes.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Numbers of Foos for the backlog, burst and steady-state scenarios.
-    #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
+    /// A set of defaults: `full` (the table in bench/RESULTS.md) or `quick` (minutes).
+    #[arg(long, value_enum, default_value = "full")]
+    preset: Preset,
+    /// Numbers of Foos for the backlog and burst scenarios; steady state takes those up to
+    /// 10,000.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000,10000,100000",
+        default_value_if("preset", "quick", "100")
+    )]
     n: Vec<usize>,
-    /// Runs of each contender in each scenario and size.
-    #[arg(long, default_value_t = 3)]
+    /// Runs of each contender in each scenario and size (sizes from 50,000 up run once).
+    #[arg(long, default_value_t = 3, default_value_if("preset", "quick", "1"))]
     repeats: usize,
     /// Contenders to run.
     #[arg(
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ours,sample-controller,sample-controller-tuned,controller-runtime,controller-runtime-tuned,ceiling"
+        default_value = "ours,ours-streaming,sample-controller,sample-controller-tuned,controller-runtime,controller-runtime-tuned,ceiling"
     )]
     contenders: Vec<Contender>,
     /// Scenarios to run.
@@ -49,26 +74,29 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "backlog,burst,steady,memory"
+        default_value = "backlog,burst,steady,memory,restart"
     )]
     scenarios: Vec<Scenario>,
     /// How long the steady-state scenario counts requests once the Foos are converged: `5m`,
     /// `90s` or seconds.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = "5m", default_value_if("preset", "quick", "15s"), value_parser = parse_duration)]
     steady_window: Duration,
     /// Foos in the memory scenario.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 100_000, default_value_if("preset", "quick", "500"))]
     memory_foos: usize,
+    /// Foos in the restart scenario.
+    #[arg(long, default_value_t = 100_000, default_value_if("preset", "quick", "500"))]
+    restart_foos: usize,
     /// Largest N for kubernetes/sample-controller in the timed scenarios. Its client-side rate
     /// limit (client-go's default 5 requests/s, burst 10) makes it converge about 5 Foos a
     /// second, so a larger N only makes the run longer.
-    #[arg(long, default_value_t = contender::RATE_LIMITED_CAP)]
+    #[arg(long, default_value_t = contender::RATE_LIMITED_CAP, default_value_if("preset", "quick", "100"))]
     rate_limited_cap: usize,
     /// Concurrent Foos of the ceiling; keep it equal to our operator's default.
     #[arg(long, default_value_t = contender::OPERATOR_CONCURRENCY)]
     concurrency: usize,
     /// A run that has not converged after this long is recorded as timed out.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, default_value = "30m", default_value_if("preset", "quick", "3m"), value_parser = parse_duration)]
     timeout: Duration,
     /// Where RESULTS.md, converged.png and results.json are written, from the repository root.
     #[arg(long, default_value = "bench")]
@@ -76,6 +104,10 @@ pub struct BenchArgs {
     /// Only render RESULTS.md and converged.png again from the results.json in `--out`.
     #[arg(long)]
     report_only: bool,
+    /// Measure this sample-operator binary instead of building the release one (a smoke test
+    /// runs the debug build it already has; its numbers mean nothing then).
+    #[arg(long)]
+    operator_binary: Option<PathBuf>,
     /// Leave the benchmark's cluster running afterwards (in .cluster-bench/).
     #[arg(long)]
     keep_cluster: bool,
@@ -113,7 +145,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         .collect();
     println!("== {} runs planned, {} to run", plan.len(), todo.len());
 
-    let contenders = Contenders::prepare(&args.contenders)?;
+    let contenders = Contenders::prepare(&args.contenders, args.operator_binary.as_deref())?;
     let cluster = LocalCluster::new(paths::repo_root().join(".cluster-bench"));
     let outcome = run_plan(&cluster, &contenders, &args, &todo, previous, &out).await;
     if !args.keep_cluster {
@@ -134,7 +166,12 @@ async fn run_plan(
         "== starting etcd and kube-apiserver only, in {}",
         cluster.dir().display()
     );
-    let state = cluster.up_with(UpOptions { apiserver_only: true }).await?;
+    let state = cluster
+        .up_with(UpOptions {
+            apiserver_only: true,
+            large: true,
+        })
+        .await?;
     println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
     let kubectl = toolchain::ensure()?.kubectl;
     apiserver::install_crds(&kubectl, &cluster.kubeconfig())?;
@@ -310,9 +347,11 @@ fn plan(args: &BenchArgs) -> Vec<RunSpec> {
     let mut plan = Vec::new();
     for repeat in 0..args.repeats {
         for &scenario in &args.scenarios {
-            let sizes = match scenario {
+            let sizes: Vec<usize> = match scenario {
                 Scenario::Memory => vec![args.memory_foos],
-                _ => args.n.clone(),
+                Scenario::Restart => vec![args.restart_foos],
+                Scenario::Steady => args.n.iter().copied().filter(|&n| n <= UNTUNED_MAX_N).collect(),
+                Scenario::Backlog | Scenario::Burst => args.n.clone(),
             };
             let contenders: Vec<Contender> = args
                 .contenders
@@ -321,8 +360,19 @@ fn plan(args: &BenchArgs) -> Vec<RunSpec> {
                 .filter(|c| scenario.includes(*c))
                 .collect();
             for &n in &sizes {
+                if n >= LARGE_N && repeat > 0 {
+                    continue;
+                }
                 for offset in 0..contenders.len() {
                     let contender = contenders[(repeat + offset) % contenders.len()];
+                    // A capped contender's run stands for the larger sizes; an untuned one
+                    // that is not capped stops at UNTUNED_MAX_N.
+                    if contender.is_untuned_peer()
+                        && n > UNTUNED_MAX_N
+                        && contender.cap(scenario, n, args.rate_limited_cap) == n
+                    {
+                        continue;
+                    }
                     plan.push(RunSpec {
                         scenario,
                         contender,

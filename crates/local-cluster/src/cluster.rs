@@ -42,6 +42,10 @@ pub struct UpOptions {
     /// else uses the CPU while a benchmark measures a controller against the apiserver. Pods are
     /// never scheduled, and neither garbage collection nor namespace deletion happens.
     pub apiserver_only: bool,
+    /// Sized for hundreds of thousands of objects (the benchmark's 100,000 Foos and as many
+    /// Deployments): etcd may grow to 8 GiB instead of 2, and the apiserver takes twice the
+    /// default requests in flight.
+    pub large: bool,
 }
 
 impl UpOptions {
@@ -183,7 +187,7 @@ impl LocalCluster {
         let etcd = Component::start(
             "etcd",
             &bin.etcd,
-            &etcd_args(&self.dir.join("etcd"), etcd_port, etcd_peer_port),
+            &etcd_args(&self.dir.join("etcd"), etcd_port, etcd_peer_port, options.large),
             &logs,
         )?;
         record(started, etcd.clone())?;
@@ -198,7 +202,7 @@ impl LocalCluster {
         let apiserver = Component::start(
             "kube-apiserver",
             &bin.kube_apiserver,
-            &apiserver_args(&pki, &self.dir, etcd_port, apiserver_port),
+            &apiserver_args(&pki, &self.dir, etcd_port, apiserver_port, options.large),
             &logs,
         )?;
         record(started, apiserver)?;
@@ -384,10 +388,12 @@ where
     }
 }
 
-fn etcd_args(data_dir: &Path, port: u16, peer_port: u16) -> Vec<String> {
+fn etcd_args(data_dir: &Path, port: u16, peer_port: u16, large: bool) -> Vec<String> {
     let client = format!("http://127.0.0.1:{port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
+    let quota = if large { 8u64 << 30 } else { 2u64 << 30 };
     vec![
+        format!("--quota-backend-bytes={quota}"),
         "--name=local".into(),
         format!("--data-dir={}", data_dir.display()),
         format!("--listen-client-urls={client}"),
@@ -420,8 +426,11 @@ fn etcd_health(port: u16) -> std::result::Result<Option<()>, String> {
     }
 }
 
-fn apiserver_args(pki: &Pki, dir: &Path, etcd_port: u16, port: u16) -> Vec<String> {
+fn apiserver_args(pki: &Pki, dir: &Path, etcd_port: u16, port: u16, large: bool) -> Vec<String> {
+    let (inflight, mutating) = if large { (800, 400) } else { (400, 200) };
     vec![
+        format!("--max-requests-inflight={inflight}"),
+        format!("--max-mutating-requests-inflight={mutating}"),
         format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
         "--bind-address=127.0.0.1".into(),
         "--advertise-address=127.0.0.1".into(),
@@ -633,7 +642,10 @@ mod tests {
             "kwok",
         ]);
         let apiserver_only = state_of(&["etcd", "kube-apiserver"]);
-        let only = UpOptions { apiserver_only: true };
+        let only = UpOptions {
+            apiserver_only: true,
+            ..UpOptions::default()
+        };
         assert!(UpOptions::default().started(&full));
         assert!(!UpOptions::default().started(&apiserver_only));
         assert!(only.started(&apiserver_only));

@@ -98,6 +98,31 @@ pub async fn create_foos(client: &Client, namespace: &str, n: usize) -> Result<(
         .await
 }
 
+/// How long the apiserver takes to list the Foos and the Deployments of `namespace`, both at
+/// once and in pages of 500, as a Foo controller's first lists go: the floor of any restart.
+pub async fn time_lists(client: &Client, namespace: &str) -> Result<Duration> {
+    let deployments: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<Deployment>(&()));
+    let start = Instant::now();
+    let (a, b) = futures::join!(list_all(foos(client, namespace)), list_all(deployments));
+    a?;
+    b?;
+    Ok(start.elapsed())
+}
+
+async fn list_all(api: Api<DynamicObject>) -> Result<usize> {
+    let mut params = ListParams::default().limit(500);
+    let mut count = 0;
+    loop {
+        let page = api.list(&params).await?;
+        count += page.items.len();
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(count),
+        }
+    }
+}
+
 /// Empties and deletes `namespace`, and waits until it is gone.
 ///
 /// This cluster has no controller-manager, so no namespace controller deletes a namespace's

@@ -174,6 +174,7 @@ fn is_rate_limited(run: &RunResult) -> bool {
 fn color(contender: Contender) -> RGBColor {
     match contender {
         Contender::Ours => RGBColor(0xd9, 0x48, 0x1c),
+        Contender::OursStreaming => RGBColor(0xf4, 0xa5, 0x82),
         Contender::SampleController => RGBColor(0x1f, 0x77, 0xb4),
         Contender::ControllerRuntime => RGBColor(0x2c, 0xa0, 0x2c),
         Contender::SampleControllerTuned => RGBColor(0x9e, 0xc5, 0xe8),

@@ -29,6 +29,8 @@ pub const RATE_LIMITED_CAP: usize = 1000;
 pub enum Contender {
     /// Our operator: `sample-operator run`, release build.
     Ours,
+    /// Ours with `--initial-list=stream`: every watch's first list streamed (WatchList).
+    OursStreaming,
     /// kubernetes/sample-controller at the matching release, with its defaults.
     SampleController,
     /// The Foo controller on controller-runtime in bench/go, with controller-runtime's defaults.
@@ -45,8 +47,9 @@ pub enum Contender {
 }
 
 impl Contender {
-    pub const ALL: [Contender; 6] = [
+    pub const ALL: [Contender; 7] = [
         Contender::Ours,
+        Contender::OursStreaming,
         Contender::SampleController,
         Contender::SampleControllerTuned,
         Contender::ControllerRuntime,
@@ -57,6 +60,7 @@ impl Contender {
     pub fn label(self) -> &'static str {
         match self {
             Contender::Ours => "sample-operator (ours)",
+            Contender::OursStreaming => "sample-operator, streaming lists (ours)",
             Contender::SampleController => "sample-controller (Go)",
             Contender::ControllerRuntime => "controller-runtime (Go)",
             Contender::SampleControllerTuned => "sample-controller tuned (Go)",
@@ -68,6 +72,16 @@ impl Contender {
     /// Whether a client-side rate limit, not the apiserver, sets this contender's pace.
     pub fn is_rate_limited(self) -> bool {
         self == Contender::SampleController
+    }
+
+    /// Our operator, however it fetches its lists.
+    pub fn is_ours(self) -> bool {
+        matches!(self, Contender::Ours | Contender::OursStreaming)
+    }
+
+    /// A peer at its defaults where a tuned one exists beside it.
+    pub fn is_untuned_peer(self) -> bool {
+        matches!(self, Contender::SampleController | Contender::ControllerRuntime)
     }
 
     /// One of the Go controllers (not ours, not the ceiling).
@@ -93,6 +107,18 @@ impl Contender {
     }
 }
 
+/// How to tell that a started contender is ready: its caches synced, its workers started.
+#[derive(Clone, Copy, Debug)]
+pub enum Ready {
+    /// `GET /readyz` on this loopback port answers 200.
+    Http(u16),
+    /// The log, past `from` (it is appended to by every start), has a line with `text`: what
+    /// the contender logs once its caches are synced.
+    LogLine { text: &'static str, from: u64 },
+    /// Nothing to wait for: it has no cache.
+    Immediately,
+}
+
 /// Paths of the contenders' binaries; `ours` is `None` when the build has no `run` command yet.
 #[derive(Clone, Debug)]
 pub struct Contenders {
@@ -103,11 +129,11 @@ pub struct Contenders {
 impl Contenders {
     /// Builds what `wanted` needs (the Go module always, since the ceiling prepares the memory
     /// scenario).
-    pub fn prepare(wanted: &[Contender]) -> Result<Self> {
-        let ours = if wanted.contains(&Contender::Ours) {
-            build_ours()?
-        } else {
-            None
+    pub fn prepare(wanted: &[Contender], operator_binary: Option<&Path>) -> Result<Self> {
+        let ours = match operator_binary {
+            _ if !wanted.iter().any(|c| c.is_ours()) => None,
+            Some(binary) => Some(binary.to_owned()),
+            None => build_ours()?,
         };
         Ok(Self {
             ours,
@@ -116,20 +142,22 @@ impl Contenders {
     }
 
     pub fn available(&self, contender: Contender) -> bool {
-        contender != Contender::Ours || self.ours.is_some()
+        !contender.is_ours() || self.ours.is_some()
     }
 
-    /// Starts `contender` against the cluster of `kubeconfig`, as its users run it.
+    /// Starts `contender` against the cluster of `kubeconfig`, as its users run it, and says
+    /// how to tell when it is ready.
     pub fn start(
         &self,
         contender: Contender,
         kubeconfig: &Path,
         concurrency: usize,
         logs: &Path,
-    ) -> Result<Component> {
+    ) -> Result<(Component, Ready)> {
         let kubeconfig = kubeconfig.display().to_string();
-        let (binary, args) = match contender {
-            Contender::Ours => (
+        let http_port = free_port()?;
+        let (binary, mut args) = match contender {
+            Contender::Ours | Contender::OursStreaming => (
                 self.ours
                     .clone()
                     .context("sample-operator has no `run` command")?,
@@ -140,7 +168,7 @@ impl Contenders {
                     // The peers run a Foo controller only; so does ours here. Its HTTP server
                     // (a default) goes on a port nothing else holds.
                     "--controllers=foo".into(),
-                    format!("--http-address=127.0.0.1:{}", free_port()?),
+                    format!("--http-address=127.0.0.1:{http_port}"),
                 ],
             ),
             Contender::SampleController => (
@@ -183,8 +211,25 @@ impl Contenders {
                 ],
             ),
         };
+        if contender == Contender::OursStreaming {
+            args.push("--initial-list=stream".into());
+        }
         let name = format!("{contender:?}").to_lowercase();
-        Ok(Component::start(&name, &binary, &args, logs)?)
+        let from = std::fs::metadata(logs.join(format!("{name}.log"))).map_or(0, |m| m.len());
+        let ready = match contender {
+            Contender::Ours | Contender::OursStreaming => Ready::Http(http_port),
+            // sample-controller and controller-runtime both log this once WaitForCacheSync has
+            // returned, before their workers start.
+            Contender::SampleController
+            | Contender::SampleControllerTuned
+            | Contender::ControllerRuntime
+            | Contender::ControllerRuntimeTuned => Ready::LogLine {
+                text: "Starting workers",
+                from,
+            },
+            Contender::Ceiling => Ready::Immediately,
+        };
+        Ok((Component::start(&name, &binary, &args, logs)?, ready))
     }
 }
 

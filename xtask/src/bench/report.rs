@@ -271,6 +271,9 @@ fn markdown(results: &Results, plan: &[RunSpec]) -> String {
     for n in sizes(runs, Scenario::Memory) {
         memory_table(&mut md, &groups(runs, Scenario::Memory, n), n);
     }
+    for n in sizes(runs, Scenario::Restart) {
+        restart_table(&mut md, &groups(runs, Scenario::Restart, n), n);
+    }
     targets(&mut md, runs);
     notes(&mut md, results, plan);
     md
@@ -367,23 +370,24 @@ fn memory_table(md: &mut String, groups: &[Group<'_>], n: usize) {
         n.div_ceil(5 * 60)
     );
     md.push_str(
-        "| Contender | Foos | RSS when idle | × ours | Peak RSS | × ours | CPU | Idle after | Requests |\n",
+        "| Contender | Foos | RSS when idle | × ours | RSS per Foo | Peak RSS | × ours | CPU | Idle after | Requests |\n",
     );
-    md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
     let ours = find(groups, Contender::Ours).map(|i| &groups[i]);
     for group in groups {
         let Some(rss) = group.spread(|r| mib(r.rss_bytes)) else {
             let _ = writeln!(
                 md,
-                "| {} | {} | no result | | | | | | |",
+                "| {} | {} | no result | | | | | | | |",
                 group.contender.label(),
                 group.n
             );
             continue;
         };
+        let per_foo = rss.median * 1024.0 / group.n.max(1) as f64;
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {per_foo:.1} KiB | {} | {} | {} | {} | {} |",
             group.contender.label(),
             group.n,
             rss.show(" MiB", 0),
@@ -402,9 +406,55 @@ fn memory_table(md: &mut String, groups: &[Group<'_>], n: usize) {
     resource_details(md, groups);
 }
 
+fn restart_table(md: &mut String, groups: &[Group<'_>], n: usize) {
+    let _ = writeln!(
+        md,
+        "## Restart, N = {n}\n\nThe controller converges {n} Foos, is stopped, and is started again over them: \
+         time from its start until it is ready (its caches synced: `/readyz` for ours, the log line that \
+         follows `WaitForCacheSync` for the Go peers), against the time the apiserver takes to list the same \
+         Foos and Deployments in pages of 500; its peak memory (the first lists) against its memory once \
+         idle; and the requests it sends, of which none needs to be a write.\n"
+    );
+    md.push_str(
+        "| Contender | Foos | Ready in | × the lists | Peak RSS | Idle RSS | Peak ÷ idle | Writes | Requests |\n",
+    );
+    md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    for group in groups {
+        let Some(ready) = group.seconds() else {
+            let _ = writeln!(
+                md,
+                "| {} | {} | no result | | | | | | |",
+                group.contender.label(),
+                group.n
+            );
+            continue;
+        };
+        let lists = group.spread(|r| r.list_seconds.unwrap_or(f64::NAN));
+        let over_lists = lists
+            .filter(|l| l.median > 0.0)
+            .map_or("–".into(), |l| format!("{:.2}", ready.median / l.median));
+        let peak = group.spread(|r| mib(r.peak_rss_bytes)).expect("runs");
+        let idle = group.spread(|r| mib(r.rss_bytes)).expect("runs");
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {over_lists} | {} | {} | {:.2} | {} | {} |",
+            group.contender.label(),
+            group.n,
+            ready.show(" s", 2),
+            peak.show(" MiB", 0),
+            idle.show(" MiB", 0),
+            peak.median / idle.median.max(1.0),
+            group.writes().expect("runs").show("", 0),
+            group.requests(),
+        );
+    }
+    md.push('\n');
+    resource_details(md, groups);
+}
+
 /// The issue's aims, checked against the medians.
 fn targets(md: &mut String, runs: &[RunResult]) {
-    md.push_str("## Against the aims of issue 7\n\n");
+    md.push_str("## Against the aims (issues 7 and 16)\n\n");
     let mut lines = Vec::new();
     for scenario in [Scenario::Backlog, Scenario::Burst] {
         for n in sizes(runs, scenario) {
@@ -443,6 +493,50 @@ fn targets(md: &mut String, runs: &[RunResult]) {
                 &r,
                 0.5,
             ));
+        }
+    }
+    for n in sizes(runs, Scenario::Memory) {
+        let groups = groups(runs, Scenario::Memory, n);
+        if let Some(rss) =
+            find(&groups, Contender::Ours).and_then(|i| groups[i].spread(|r| r.rss_bytes as f64))
+        {
+            let per_foo = rss.median / 1024.0 / n.max(1) as f64;
+            lines.push(aim(
+                &format!("memory, N = {n}: at most 2.5 KiB resident per Foo"),
+                &format!("{per_foo:.2}"),
+                2.5,
+            ));
+        }
+    }
+    for n in sizes(runs, Scenario::Restart) {
+        let groups = groups(runs, Scenario::Restart, n);
+        for contender in [Contender::Ours, Contender::OursStreaming] {
+            let Some(group) = find(&groups, contender).map(|i| &groups[i]) else {
+                continue;
+            };
+            let label = contender.label();
+            let ready = group.seconds().expect("runs").median;
+            if let Some(lists) = group.spread(|r| r.list_seconds.unwrap_or(f64::NAN)) {
+                lines.push(aim(
+                    &format!("restart, N = {n}, {label}: ready within 1.2× the apiserver's lists"),
+                    &format!("{:.2}", ready / lists.median),
+                    1.2,
+                ));
+            }
+            let peak = group.spread(|r| r.peak_rss_bytes as f64).expect("runs").median;
+            let idle = group.spread(|r| r.rss_bytes as f64).expect("runs").median;
+            lines.push(aim(
+                &format!("restart, N = {n}, {label}: peak memory at most 1.2× idle"),
+                &format!("{:.2}", peak / idle.max(1.0)),
+                1.2,
+            ));
+            if let Some(writes) = group.writes() {
+                let met = if writes.max == 0.0 { "met" } else { "not met" };
+                lines.push(format!(
+                    "- restart, N = {n}, {label}: zero writes: **{met}** ({:.0} at most)",
+                    writes.max
+                ));
+            }
         }
     }
     for n in sizes(runs, Scenario::Steady) {

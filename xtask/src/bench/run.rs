@@ -7,6 +7,10 @@
 //! - steady: a backlog run, then, once the contender is idle, a window (5 minutes by default) in
 //!   which its requests and CPU time are counted; a converged controller should write nothing.
 //!   A rate-limited contender starts on Foos the ceiling converged, as in the memory scenario.
+//! - restart: a backlog run, then the contender is stopped and started again over the
+//!   converged Foos: time until it is ready (caches synced), its peak memory during the
+//!   first lists against its memory once idle, and the writes it sends (nothing needs one).
+//!   Beside it, the time the apiserver takes to list the same Foos and Deployments.
 //! - memory: a backlog run with many Foos (10,000 by default); once the contender has converged
 //!   and gone idle, its resident memory is read. A rate-limited contender would take an hour to
 //!   converge that many, so it starts instead on Foos that the ceiling converged (its cache
@@ -23,7 +27,7 @@ use local_cluster::Component;
 use serde::{Deserialize, Serialize};
 
 use super::apiserver::{self, RequestCounts};
-use super::contender::{Contender, Contenders};
+use super::contender::{Contender, Contenders, Ready};
 use super::proc_stats::{self, ProcStats};
 use super::tracker::{Outcome, Tracker};
 
@@ -36,13 +40,20 @@ pub enum Scenario {
     Burst,
     Steady,
     Memory,
+    Restart,
 }
 
 impl Scenario {
     /// The ceiling only has a meaning where something is timed: it keeps no cache and, once
     /// done, sends nothing.
+    /// A restart is measured for the controllers that would converge the backlog in minutes:
+    /// not the ceiling (no cache), nor sample-controller at its rate limit.
     pub fn includes(self, contender: Contender) -> bool {
-        contender != Contender::Ceiling || matches!(self, Scenario::Backlog | Scenario::Burst)
+        match self {
+            Scenario::Backlog | Scenario::Burst => true,
+            Scenario::Steady | Scenario::Memory => contender != Contender::Ceiling,
+            Scenario::Restart => !matches!(contender, Contender::Ceiling | Contender::SampleController),
+        }
     }
 }
 
@@ -53,6 +64,7 @@ impl fmt::Display for Scenario {
             Scenario::Burst => "burst",
             Scenario::Steady => "steady state",
             Scenario::Memory => "memory",
+            Scenario::Restart => "restart",
         };
         f.write_str(name)
     }
@@ -103,20 +115,60 @@ pub struct Env {
 
 impl Env {
     fn start(&self, contender: Contender) -> Result<Running> {
-        let component =
+        let (component, ready) =
             self.contenders
                 .start(contender, &self.kubeconfig, self.options.concurrency, &self.logs)?;
-        Ok(Running(component))
+        Ok(Running(component, ready))
     }
 }
 
 /// A started contender, stopped when dropped, so that no run leaves one behind.
-struct Running(Component);
+struct Running(Component, Ready);
 
 impl Running {
     fn pid(&self) -> i32 {
         self.0.pid
     }
+
+    /// Waits until it says it is ready, polling every 20 ms.
+    async fn wait_ready(&self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let ready = match self.1 {
+                Ready::Http(port) => readyz(port),
+                Ready::LogLine { text, from } => std::fs::read(&self.0.log).is_ok_and(|log| {
+                    let new = log.get(from as usize..).unwrap_or_default();
+                    String::from_utf8_lossy(new).contains(text)
+                }),
+                Ready::Immediately => true,
+            };
+            if ready {
+                return Ok(());
+            }
+            if !self.0.is_running() {
+                bail!("it exited before it was ready:\n{}", self.0.log_tail(20));
+            }
+            if start.elapsed() > timeout {
+                bail!("not ready after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Whether `GET /readyz` on the loopback `port` answers 200.
+fn readyz(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut response = String::new();
+    let answered = stream
+        .write_all(b"GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .and_then(|()| stream.read_to_string(&mut response))
+        .is_ok();
+    answered && (response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200"))
 }
 
 impl Drop for Running {
@@ -149,6 +201,9 @@ pub struct RunResult {
     pub timeline: Vec<(f64, usize)>,
     /// Why the run has no result, or what to know about it.
     pub note: Option<String>,
+    /// Restart: how long the apiserver took to list the same Foos and Deployments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list_seconds: Option<f64>,
 }
 
 impl RunResult {
@@ -254,6 +309,7 @@ pub async fn run(env: &Env, spec: &RunSpec, index: usize) -> Result<RunResult> {
         Scenario::Burst => burst(env, spec, &namespace).await,
         Scenario::Steady => steady(env, spec, &namespace).await,
         Scenario::Memory => memory(env, spec, &namespace).await,
+        Scenario::Restart => restart(env, spec, &namespace).await,
     };
     // A failed run is reported and the benchmark goes on; a namespace that cannot be cleaned
     // up would spoil every later run, so that stops it.
@@ -429,6 +485,33 @@ async fn memory(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult>
         (false, false) => Some("still busy two minutes after converging; memory read then".into()),
         (false, true) => None,
     };
+    Ok(result)
+}
+
+async fn restart(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> {
+    let tracker = Tracker::start(&env.client, namespace).await?;
+    let first = converge_backlog(env, spec, &tracker, namespace).await?;
+    if !matches!(first.outcome, Outcome::Converged(_)) {
+        return Ok(RunResult::new(spec).with_outcome(&first.outcome, &tracker));
+    }
+    settle(&first.contender, &first.outcome).await?;
+    drop(first.contender);
+    let list = apiserver::time_lists(&env.client, namespace).await?;
+
+    let before = RequestCounts::scrape(&env.client).await?;
+    let start = Instant::now();
+    let contender = env.start(spec.contender)?;
+    contender.wait_ready(env.options.timeout).await?;
+    let ready = start.elapsed();
+    let (_, idle) = proc_stats::wait_quiet(contender.pid(), secs(5), secs(3), secs(60)).await?;
+    let mut result = RunResult::new(spec).with_stats(proc_stats::read(contender.pid())?);
+    result.converged = tracker.converged();
+    result.seconds = Some(ready.as_secs_f64());
+    result.list_seconds = Some(list.as_secs_f64());
+    result.requests = RequestCounts::scrape(&env.client).await?.since(&before);
+    if !idle {
+        result.note = Some("still busy a minute after it was ready; memory read then".into());
+    }
     Ok(result)
 }
 

@@ -1,0 +1,66 @@
+//! `cargo xtask bench --preset quick` runs from start to end: every contender it is given and
+//! every scenario produce a result and a table. A smoke test: no number is asserted, and it
+//! measures the debug build the test run already has, so that CI needs no release build.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn the_quick_benchmark_runs_every_scenario() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), Into::into);
+    let operator = Path::new(&target).join("debug/sample-operator");
+    assert!(
+        operator.is_file(),
+        "{} is built with the workspace",
+        operator.display()
+    );
+    let out = Path::new(&target).join("bench-smoke");
+    let _ = std::fs::remove_dir_all(&out);
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args([
+            "bench",
+            "--preset",
+            "quick",
+            "--n",
+            "50",
+            "--contenders",
+            "ours,ours-streaming,sample-controller-tuned,controller-runtime-tuned,ceiling",
+            "--scenarios",
+            "backlog,burst,memory,restart",
+            "--memory-foos",
+            "100",
+            "--restart-foos",
+            "100",
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--operator-binary")
+        .arg(&operator)
+        .current_dir(&root)
+        .output()
+        .expect("the benchmark starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the benchmark failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!stdout.contains("no result"), "a run without a result:\n{stdout}");
+    let report = std::fs::read_to_string(out.join("RESULTS.md")).unwrap();
+    for table in [
+        "## Backlog, N = 50",
+        "## Burst, N = 50",
+        "## Memory, N = 100",
+        "## Restart, N = 100",
+        "| sample-operator, streaming lists (ours) |",
+        "| controller-runtime tuned (Go) |",
+        "| sample-controller tuned (Go) |",
+    ] {
+        assert!(
+            report.contains(table),
+            "{table} missing from RESULTS.md:\n{report}"
+        );
+    }
+    assert!(out.join("converged.png").is_file());
+}
