@@ -445,6 +445,43 @@ mod tests {
     }
 
     #[test]
+    fn presets_set_defaults_that_options_override() {
+        let quick = args("--preset quick");
+        assert_eq!(
+            (quick.n.clone(), quick.repeats, quick.memory_foos),
+            (vec![100], 1, 500)
+        );
+        assert_eq!(args("--preset quick --n 1000").n, [1000]);
+        let full = args("");
+        assert_eq!(full.n, [1000, 10_000, 100_000]);
+        assert_eq!((full.restart_foos, full.repeats), (100_000, 3));
+    }
+
+    #[test]
+    fn the_full_plan_runs_large_sizes_once_and_stops_untuned_peers_at_ten_thousand() {
+        let plan = plan(&args(""));
+        let at = |n: usize| plan.iter().filter(move |r| r.planned_n == n);
+        assert!(at(100_000).all(|r| r.repeat == 0));
+        assert_eq!(
+            at(10_000).filter(|r| r.contender == Contender::Ours).count(),
+            3 * 3
+        );
+        assert!(!at(100_000).any(|r| r.contender == Contender::ControllerRuntime));
+        assert!(at(100_000).any(|r| r.contender == Contender::ControllerRuntimeTuned));
+        // Capped, sample-controller's 1,000-Foo run stands for 100,000 in the timed scenarios.
+        assert!(at(100_000).any(|r| r.contender == Contender::SampleController && r.n == 1000));
+        assert!(
+            !plan
+                .iter()
+                .any(|r| r.scenario == Scenario::Steady && r.planned_n > 10_000)
+        );
+        assert!(
+            plan.iter()
+                .any(|r| r.scenario == Scenario::Restart && r.contender == Contender::OursStreaming)
+        );
+    }
+
+    #[test]
     fn the_plan_caps_the_rate_limited_contender_and_keeps_the_ceiling_to_timed_scenarios() {
         let plan = plan(&args("--n 1000 --repeats 1 --rate-limited-cap 300"));
         let sample = plan
