@@ -11,8 +11,8 @@
 //!   converged Foos: time until it is ready (caches synced), its peak memory during the
 //!   first lists against its memory once idle, and the writes it sends (nothing needs one).
 //!   Beside it, the time the apiserver takes to list the same Foos and Deployments.
-//! - memory: a backlog run with many Foos (10,000 by default); once the contender has converged
-//!   and gone idle, its resident memory is read. A rate-limited contender would take an hour to
+//! - memory: a backlog run with many Foos (100,000 in the full preset); once the contender has
+//!   converged and gone idle, its resident memory is read. A rate-limited contender would take an hour to
 //!   converge that many, so it starts instead on Foos that the ceiling converged (its cache
 //!   holds the same objects either way).
 
@@ -45,9 +45,8 @@ pub enum Scenario {
 
 impl Scenario {
     /// The ceiling only has a meaning where something is timed: it keeps no cache and, once
-    /// done, sends nothing.
-    /// A restart is measured for the controllers that would converge the backlog in minutes:
-    /// not the ceiling (no cache), nor sample-controller at its rate limit.
+    /// done, sends nothing. A restart is measured for the controllers that converge the
+    /// backlog in minutes: not sample-controller at its rate limit.
     pub fn includes(self, contender: Contender) -> bool {
         match self {
             Scenario::Backlog | Scenario::Burst => true,
