@@ -123,6 +123,32 @@ async fn list_all(api: Api<DynamicObject>) -> Result<usize> {
     }
 }
 
+/// Deletes every object of `api`. A collection of 100,000 takes the apiserver longer than its
+/// one-minute request timeout, which ends the request part of the way through: so it asks again
+/// until none is left.
+async fn delete_all<K>(api: &Api<K>, what: &str) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for attempt in 1..=20 {
+        if let Err(e) = api
+            .delete_collection(&DeleteParams::background(), &ListParams::default())
+            .await
+        {
+            println!("   deleting {what} (attempt {attempt}): {e}; going on");
+        }
+        if api
+            .list_metadata(&ListParams::default().limit(1))
+            .await?
+            .items
+            .is_empty()
+        {
+            return Ok(());
+        }
+    }
+    bail!("{what} are still there after 20 deletions of the collection")
+}
+
 /// Empties and deletes `namespace`, and waits until it is gone.
 ///
 /// This cluster has no controller-manager, so no namespace controller deletes a namespace's
@@ -134,7 +160,7 @@ pub async fn delete_namespace(client: &Client, namespace: &str) -> Result<()> {
     let background = DeleteParams::background();
     let everything = ListParams::default();
     let foos = foos(client, namespace);
-    foos.delete_collection(&background, &everything).await?;
+    delete_all(&foos, "Foos").await?;
     for foo in foos.list_metadata(&everything).await? {
         if !foo.finalizers().is_empty() {
             let patch = Patch::Merge(json!({ "metadata": { "finalizers": null } }));
@@ -142,12 +168,12 @@ pub async fn delete_namespace(client: &Client, namespace: &str) -> Result<()> {
                 .await?;
         }
     }
-    Api::<Deployment>::namespaced(client.clone(), namespace)
-        .delete_collection(&background, &everything)
-        .await?;
-    Api::<Event>::namespaced(client.clone(), namespace)
-        .delete_collection(&background, &everything)
-        .await?;
+    delete_all(
+        &Api::<Deployment>::namespaced(client.clone(), namespace),
+        "Deployments",
+    )
+    .await?;
+    delete_all(&Api::<Event>::namespaced(client.clone(), namespace), "Events").await?;
 
     let namespaces = Api::<Namespace>::all(client.clone());
     namespaces.delete(namespace, &background).await?;
