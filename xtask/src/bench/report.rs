@@ -470,6 +470,28 @@ fn targets(md: &mut String, runs: &[RunResult]) {
                     1.2,
                 ));
             }
+            let tuned: Vec<&Group> = groups
+                .iter()
+                .filter(|g| {
+                    matches!(
+                        g.contender,
+                        Contender::SampleControllerTuned | Contender::ControllerRuntimeTuned
+                    ) && g.seconds().is_some()
+                })
+                .collect();
+            if let Some(best) = tuned.iter().min_by(|a, b| {
+                a.seconds()
+                    .expect("runs")
+                    .median
+                    .total_cmp(&b.seconds().expect("runs").median)
+            }) {
+                let r = ratio(ours, Some(best), Group::seconds);
+                lines.push(aim(
+                    &format!("{scenario}, N = {n}: converges 1.5× faster than the best tuned peer"),
+                    &r,
+                    1.0 / 1.5,
+                ));
+            }
             if let Some(best) = best_go_peer(&groups, Group::cpu) {
                 let r = ratio(ours, Some(best), Group::cpu);
                 lines.push(aim(
