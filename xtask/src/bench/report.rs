@@ -220,6 +220,17 @@ fn find(groups: &[Group<'_>], contender: Contender) -> Option<usize> {
         .position(|g| g.contender == contender && !g.runs.is_empty())
 }
 
+/// A table row saying `group` has no result, followed by `empty` empty cells.
+fn no_result_row(md: &mut String, group: &Group<'_>, empty: usize) {
+    let cells = " |".repeat(empty);
+    let _ = writeln!(
+        md,
+        "| {} | {} | no result |{cells}",
+        group.contender.label(),
+        group.n
+    );
+}
+
 /// The requests of each contender by resource, folded away under a table.
 fn resource_details(md: &mut String, groups: &[Group<'_>]) {
     md.push_str("<details><summary>Requests by resource</summary>\n\n| Contender | Requests |\n|---|---|\n");
@@ -295,12 +306,7 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
     let ceiling = find(groups, Contender::Ceiling).map(|i| &groups[i]);
     for group in groups {
         let Some(seconds) = group.seconds() else {
-            let _ = writeln!(
-                md,
-                "| {} | {} | no result | | | | | | | |",
-                group.contender.label(),
-                group.n
-            );
+            no_result_row(md, group, 7);
             continue;
         };
         let cpu = group.cpu().expect("runs");
@@ -336,12 +342,7 @@ fn steady_table(md: &mut String, groups: &[Group<'_>], n: usize, window: u64) {
     );
     for group in groups {
         let Some(writes) = group.writes() else {
-            let _ = writeln!(
-                md,
-                "| {} | {} | no result | | | | |",
-                group.contender.label(),
-                group.n
-            );
+            no_result_row(md, group, 4);
             continue;
         };
         let per_minute = writes.median / (window.max(1) as f64 / 60.0);
@@ -376,12 +377,7 @@ fn memory_table(md: &mut String, groups: &[Group<'_>], n: usize) {
     let ours = find(groups, Contender::Ours).map(|i| &groups[i]);
     for group in groups {
         let Some(rss) = group.spread(|r| mib(r.rss_bytes)) else {
-            let _ = writeln!(
-                md,
-                "| {} | {} | no result | | | | | | | |",
-                group.contender.label(),
-                group.n
-            );
+            no_result_row(md, group, 7);
             continue;
         };
         let per_foo = rss.median * 1024.0 / group.n.max(1) as f64;
@@ -421,12 +417,7 @@ fn restart_table(md: &mut String, groups: &[Group<'_>], n: usize) {
     md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|---|\n");
     for group in groups {
         let Some(ready) = group.seconds() else {
-            let _ = writeln!(
-                md,
-                "| {} | {} | no result | | | | | | |",
-                group.contender.label(),
-                group.n
-            );
+            no_result_row(md, group, 6);
             continue;
         };
         let lists = group.spread(|r| r.list_seconds.unwrap_or(f64::NAN));
