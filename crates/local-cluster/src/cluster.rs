@@ -633,6 +633,19 @@ mod tests {
     }
 
     #[test]
+    fn a_large_cluster_gets_more_etcd_and_more_requests_in_flight() {
+        let etcd = |large| etcd_args(Path::new("/tmp/etcd"), 1, 2, large);
+        assert!(etcd(false).contains(&"--quota-backend-bytes=2147483648".to_owned()));
+        assert!(etcd(true).contains(&"--quota-backend-bytes=8589934592".to_owned()));
+        let pki = Pki {
+            dir: "/tmp/pki".into(),
+        };
+        let apiserver = apiserver_args(&pki, Path::new("/tmp"), 1, 2, true);
+        assert!(apiserver.contains(&"--max-requests-inflight=800".to_owned()));
+        assert!(apiserver.contains(&"--max-mutating-requests-inflight=400".to_owned()));
+    }
+
+    #[test]
     fn a_running_cluster_is_reused_only_when_started_with_the_same_options() {
         let full = state_of(&[
             "etcd",

@@ -84,6 +84,14 @@ impl Contender {
         matches!(self, Contender::SampleController | Contender::ControllerRuntime)
     }
 
+    /// A peer tuned as its users tune it.
+    pub fn is_tuned_peer(self) -> bool {
+        matches!(
+            self,
+            Contender::SampleControllerTuned | Contender::ControllerRuntimeTuned
+        )
+    }
+
     /// One of the Go controllers (not ours, not the ceiling).
     pub fn is_go_peer(self) -> bool {
         matches!(

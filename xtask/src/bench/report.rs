@@ -123,6 +123,11 @@ impl Group<'_> {
         self.spread(|r| r.seconds.unwrap_or(0.0))
     }
 
+    /// Restart: the apiserver's own lists of the same objects.
+    fn list_seconds(&self) -> Option<Spread> {
+        Spread::of(self.runs.iter().filter_map(|r| r.list_seconds))
+    }
+
     fn cpu(&self) -> Option<Spread> {
         self.spread(|r| r.cpu_seconds)
     }
@@ -420,8 +425,8 @@ fn restart_table(md: &mut String, groups: &[Group<'_>], n: usize) {
             no_result_row(md, group, 6);
             continue;
         };
-        let lists = group.spread(|r| r.list_seconds.unwrap_or(f64::NAN));
-        let over_lists = lists
+        let over_lists = group
+            .list_seconds()
             .filter(|l| l.median > 0.0)
             .map_or("–".into(), |l| format!("{:.2}", ready.median / l.median));
         let peak = group.spread(|r| mib(r.peak_rss_bytes)).expect("runs");
@@ -461,21 +466,7 @@ fn targets(md: &mut String, runs: &[RunResult]) {
                     1.2,
                 ));
             }
-            let tuned: Vec<&Group> = groups
-                .iter()
-                .filter(|g| {
-                    matches!(
-                        g.contender,
-                        Contender::SampleControllerTuned | Contender::ControllerRuntimeTuned
-                    ) && g.seconds().is_some()
-                })
-                .collect();
-            if let Some(best) = tuned.iter().min_by(|a, b| {
-                a.seconds()
-                    .expect("runs")
-                    .median
-                    .total_cmp(&b.seconds().expect("runs").median)
-            }) {
+            if let Some(best) = best_peer(&groups, Contender::is_tuned_peer, Group::seconds) {
                 let r = ratio(ours, Some(best), Group::seconds);
                 lines.push(aim(
                     &format!("{scenario}, N = {n}: converges 1.5× faster than the best tuned peer"),
@@ -483,7 +474,7 @@ fn targets(md: &mut String, runs: &[RunResult]) {
                     1.0 / 1.5,
                 ));
             }
-            if let Some(best) = best_go_peer(&groups, Group::cpu) {
+            if let Some(best) = best_peer(&groups, Contender::is_go_peer, Group::cpu) {
                 let r = ratio(ours, Some(best), Group::cpu);
                 lines.push(aim(
                     &format!("{scenario}, N = {n}: CPU at most half the best Go peer's"),
@@ -499,7 +490,7 @@ fn targets(md: &mut String, runs: &[RunResult]) {
             continue;
         };
         let peak = |g: &Group| g.spread(|r| r.peak_rss_bytes as f64);
-        if let Some(best) = best_go_peer(&groups, peak) {
+        if let Some(best) = best_peer(&groups, Contender::is_go_peer, peak) {
             let r = ratio(ours, Some(best), peak);
             lines.push(aim(
                 &format!("memory, N = {n}: peak RSS at most half the best Go peer's"),
@@ -507,12 +498,7 @@ fn targets(md: &mut String, runs: &[RunResult]) {
                 0.5,
             ));
         }
-    }
-    for n in sizes(runs, Scenario::Memory) {
-        let groups = groups(runs, Scenario::Memory, n);
-        if let Some(rss) =
-            find(&groups, Contender::Ours).and_then(|i| groups[i].spread(|r| r.rss_bytes as f64))
-        {
+        if let Some(rss) = ours.spread(|r| r.rss_bytes as f64) {
             let per_foo = rss.median / 1024.0 / n.max(1) as f64;
             lines.push(aim(
                 &format!("memory, N = {n}: at most 2.5 KiB resident per Foo"),
@@ -529,7 +515,7 @@ fn targets(md: &mut String, runs: &[RunResult]) {
             };
             let label = contender.label();
             let ready = group.seconds().expect("runs").median;
-            if let Some(lists) = group.spread(|r| r.list_seconds.unwrap_or(f64::NAN)) {
+            if let Some(lists) = group.list_seconds() {
                 lines.push(aim(
                     &format!("restart, N = {n}, {label}: ready within 1.2× the apiserver's lists"),
                     &format!("{:.2}", ready / lists.median),
@@ -577,14 +563,15 @@ fn aim(what: &str, ratio: &str, limit: f64) -> String {
     }
 }
 
-/// The Go controller with the lowest median of `value`.
-fn best_go_peer<'a, 'b>(
+/// Of the contenders `which` picks, the one with the lowest median of `value` per Foo.
+fn best_peer<'a, 'b>(
     groups: &'a [Group<'b>],
+    which: impl Fn(Contender) -> bool,
     value: impl Fn(&Group<'b>) -> Option<Spread>,
 ) -> Option<&'a Group<'b>> {
     groups
         .iter()
-        .filter(|g| g.contender.is_go_peer())
+        .filter(|g| which(g.contender))
         .filter_map(|g| value(g).map(|s| (g, s.median / g.n as f64)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(g, _)| g)
