@@ -170,6 +170,7 @@ async fn run_plan(
         .up_with(UpOptions {
             apiserver_only: true,
             large: true,
+            ..UpOptions::default()
         })
         .await?;
     println!("Kubernetes {} at {}", state.kubernetes_version, state.server);

@@ -9,6 +9,7 @@ use local_cluster::{LocalCluster, paths, toolchain};
 
 mod bench;
 mod demo;
+mod image;
 
 #[derive(Parser)]
 #[command(about = "Developer commands of sample-operator")]
@@ -42,6 +43,9 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Write the CRD manifests (deploy/crds/ and the chart's copies) from the Rust types.
     Crds,
+    /// Build the operator's container image without Docker (an OCI layout tar in
+    /// target/image/) and import it into the real node's containerd when one runs.
+    Image(image::ImageArgs),
     /// Run the kubectl built here against the local cluster.
     Kubectl {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -52,13 +56,22 @@ enum Cmd {
 #[derive(Subcommand)]
 enum ClusterCmd {
     /// Build the binaries if needed and start the cluster; a no-op when it already runs.
-    Up,
+    Up {
+        /// Also a real node (containerd, runc, kubelet, kube-proxy, Multus) beside the kwok
+        /// nodes, added to a running cluster if need be. Needs root.
+        #[arg(long)]
+        real_node: bool,
+    },
     /// Stop every process `up` started (and the OpenStack test bed) and remove the cluster's folder.
     Down,
     /// Show each component's process and whether the apiserver is ready.
     Status,
     /// Only build (or find in the cache) the control-plane binaries.
-    Build,
+    Build {
+        /// Also the real node's: kubelet, kube-proxy, containerd, runc, the CNI plugins, Multus.
+        #[arg(long)]
+        real_node: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -113,15 +126,27 @@ fn run(args: Args) -> Result<ExitCode> {
     let cluster = LocalCluster::default();
     match args.command {
         Cmd::Cluster {
-            action: ClusterCmd::Up,
+            action: ClusterCmd::Up { real_node },
         } => {
-            let state = runtime.block_on(cluster.up())?;
+            let options = local_cluster::UpOptions {
+                real_node,
+                ..Default::default()
+            };
+            let state = runtime.block_on(cluster.up_with(options))?;
             println!(
                 "local cluster ready: Kubernetes {} at {}",
                 state.kubernetes_version, state.server
             );
             println!("  export KUBECONFIG={}", cluster.kubeconfig().display());
             println!("  logs: {}", cluster.logs_dir().display());
+            if real_node {
+                println!(
+                    "  real node {} at {} (logs: {})",
+                    local_cluster::node::NODE_NAME,
+                    local_cluster::node::NODE_IP,
+                    cluster.node().logs_dir().display()
+                );
+            }
         }
         Cmd::Cluster {
             action: ClusterCmd::Down,
@@ -133,9 +158,12 @@ fn run(args: Args) -> Result<ExitCode> {
             action: ClusterCmd::Status,
         } => return runtime.block_on(status(&cluster)),
         Cmd::Cluster {
-            action: ClusterCmd::Build,
+            action: ClusterCmd::Build { real_node },
         } => {
             let bin = toolchain::ensure()?;
+            if real_node {
+                toolchain::node()?;
+            }
             println!(
                 "binaries of Kubernetes {} in {}",
                 bin.kubernetes_version,
@@ -145,6 +173,7 @@ fn run(args: Args) -> Result<ExitCode> {
         Cmd::Neutron { action } => return neutron(&runtime, &cluster, action),
         Cmd::Demo => runtime.block_on(demo::run(&cluster))?,
         Cmd::Crds => write_crds()?,
+        Cmd::Image(args) => image::run(&cluster, &args)?,
         Cmd::Test { cargo_test_args } => return test(&runtime, &cluster, &cargo_test_args),
         Cmd::Kubectl { args } => return kubectl(&cluster, &args),
         Cmd::Bench(args) => runtime.block_on(bench::run(args))?,
@@ -217,6 +246,18 @@ async fn status(cluster: &LocalCluster) -> Result<ExitCode> {
             c.pid,
             c.log.display()
         );
+    }
+    if let Some(node) = cluster.node().state() {
+        println!("real node {}:", local_cluster::node::NODE_NAME);
+        for c in &node.components {
+            let running = if c.is_running() { "running" } else { "NOT RUNNING" };
+            println!(
+                "  {:<24} pid {:<8} {running}  log {}",
+                c.name,
+                c.pid,
+                c.log.display()
+            );
+        }
     }
     let healthy = cluster.is_healthy().await;
     println!("healthy: {healthy}");

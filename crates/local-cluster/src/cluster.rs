@@ -25,7 +25,9 @@ use crate::toolchain::{self, Binaries};
 /// How many fake nodes `up` registers.
 pub const NODES: usize = 3;
 /// Service addresses; the apiserver's certificate names the first one.
-const SERVICE_CIDR: &str = "10.0.0.0/24";
+pub(crate) const SERVICE_CIDR: &str = "10.0.0.0/24";
+/// The annotation that marks the nodes kwok plays.
+const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 
 /// What `up` recorded about the running cluster, kept in `<run dir>/state.json`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -46,6 +48,9 @@ pub struct UpOptions {
     /// Deployments): etcd may grow to 8 GiB instead of 2, and the apiserver takes twice the
     /// default requests in flight.
     pub large: bool,
+    /// A real node beside the kwok nodes (containerd, runc, kubelet, kube-proxy, Multus): see
+    /// [`crate::node`]. Needs root; a running cluster without one gets it added.
+    pub real_node: bool,
 }
 
 impl UpOptions {
@@ -141,23 +146,46 @@ impl LocalCluster {
                 component: "toolchain".into(),
                 message: e.to_string(),
             })??;
+        let node_binaries = if options.real_node {
+            let problems = crate::node::preflight();
+            if !problems.is_empty() {
+                return Err(Error::Preflight(problems));
+            }
+            Some(
+                tokio::task::spawn_blocking(toolchain::node)
+                    .await
+                    .map_err(|e| Error::Toolchain {
+                        component: "toolchain".into(),
+                        message: e.to_string(),
+                    })??,
+            )
+        } else {
+            None
+        };
         let _lock = self.lock()?;
         if self.is_healthy().await
             && let Some(state) = self.state().filter(|state| options.started(state))
         {
+            if let Some(bin) = &node_binaries
+                && !self.node().is_running()
+            {
+                self.add_node(&state, bin).await?;
+            }
             return Ok(state);
         }
         // Whatever is left of an earlier cluster (a crash, a reboot) is stopped and wiped.
-        self.stop_openstack();
-        self.stop_recorded();
-        if self.dir.exists() {
-            std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
-        }
+        self.wipe()?;
         std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
 
         let mut started = Vec::new();
-        let result = self.start(&binaries, options, &mut started).await;
+        let mut result = self.start(&binaries, options, &mut started).await;
+        if let (Ok(state), Some(bin)) = (&result, &node_binaries) {
+            result = self.add_node(state, bin).await.map(|()| state.clone());
+        }
         if result.is_err() {
+            if let Err(e) = self.node().down() {
+                tracing::warn!(error = %e, "stopping the real node");
+            }
             for component in started.iter().rev() {
                 component.stop(Duration::from_secs(5));
             }
@@ -165,10 +193,57 @@ impl LocalCluster {
         result
     }
 
+    /// The real node's handle (whether or not one runs).
+    pub fn node(&self) -> crate::node::RealNode {
+        crate::node::RealNode::new(&self.dir)
+    }
+
+    /// The cluster's certificates; the CA key among them signs a real node's identities.
+    fn pki(&self) -> Pki {
+        Pki {
+            dir: self.dir.join("pki"),
+        }
+    }
+
+    async fn add_node(&self, state: &State, bin: &toolchain::NodeBinaries) -> Result<()> {
+        let client = self.client().await?;
+        let node = self.node();
+        if let Err(e) = node.down() {
+            tracing::warn!(error = %e, "clearing an earlier real node");
+        }
+        node.up(&self.pki(), &state.server, &client, bin).await
+    }
+
+    /// Stops the real node, the OpenStack test bed and the recorded processes, and removes
+    /// the folder; refuses to remove it while anything is still mounted under it (a Pod's
+    /// host path mount would take host files with it).
+    fn wipe(&self) -> Result<()> {
+        let node = self.node().down();
+        self.stop_openstack();
+        self.stop_recorded();
+        if self.dir.exists() {
+            if let Some(mount) = crate::node::mounts_under(&self.dir).first() {
+                return Err(Error::Node(format!(
+                    "{} is still mounted; unmount it before removing {}",
+                    mount.display(),
+                    self.dir.display()
+                )));
+            }
+            std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        }
+        node
+    }
+
     async fn start(&self, bin: &Binaries, options: UpOptions, started: &mut Vec<Component>) -> Result<State> {
         let pki = pki::generate(
             &self.dir.join("pki"),
-            &[&pki::ADMIN, &pki::CONTROLLER_MANAGER, &pki::SCHEDULER, &pki::KWOK],
+            &[
+                &pki::ADMIN,
+                &pki::CONTROLLER_MANAGER,
+                &pki::SCHEDULER,
+                &pki::KWOK,
+                &pki::APISERVER_KUBELET_CLIENT,
+            ],
         )?;
         let logs = self.logs_dir();
         let etcd_port = free_port()?;
@@ -244,7 +319,8 @@ impl LocalCluster {
         let kwok_args = vec![
             format!("--kubeconfig={}", kwok_kubeconfig.display()),
             format!("--config={}", stages.display()),
-            "--manage-all-nodes=true".into(),
+            // Only the fake nodes: a real node beside them runs its own kubelet.
+            format!("--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake"),
             "--node-lease-duration-seconds=40".into(),
             format!("--server-address=127.0.0.1:{}", free_port()?),
         ];
@@ -310,7 +386,7 @@ impl LocalCluster {
             });
         }
         old.stop(Duration::from_secs(10));
-        let new = Component::start(&old.name, &old.binary, &old.args, &self.logs_dir())?;
+        let new = Component::start_with_env(&old.name, &old.binary, &old.args, &old.env, &self.logs_dir())?;
         state.components[position] = new;
         self.write_state(&state)?;
         if name == "kube-apiserver" {
@@ -330,12 +406,7 @@ impl LocalCluster {
     /// Stopping a cluster that is not running is not an error.
     pub fn down(&self) -> Result<()> {
         let _lock = self.lock()?;
-        self.stop_openstack();
-        self.stop_recorded();
-        if self.dir.exists() {
-            std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
-        }
-        Ok(())
+        self.wipe()
     }
 
     /// The OpenStack test bed lives in this folder too: it goes with the cluster.
@@ -440,6 +511,21 @@ fn apiserver_args(pki: &Pki, dir: &Path, etcd_port: u16, port: u16, large: bool)
         format!("--tls-private-key-file={}", pki.serving_key().display()),
         format!("--client-ca-file={}", pki.ca_cert().display()),
         "--authorization-mode=Node,RBAC".into(),
+        // A kubelet may change only its own Node and the Pods bound to it.
+        "--enable-admission-plugins=NodeRestriction".into(),
+        // How the apiserver reaches a real node's kubelet: by its InternalIP (no name lookup),
+        // with a client certificate the kubelet's webhook authorizer accepts, checking the
+        // kubelet's serving certificate against the cluster CA.
+        "--kubelet-preferred-address-types=InternalIP".into(),
+        format!(
+            "--kubelet-client-certificate={}",
+            pki.client_cert(&pki::APISERVER_KUBELET_CLIENT).display()
+        ),
+        format!(
+            "--kubelet-client-key={}",
+            pki.client_key(&pki::APISERVER_KUBELET_CLIENT).display()
+        ),
+        format!("--kubelet-certificate-authority={}", pki.ca_cert().display()),
         "--anonymous-auth=false".into(),
         format!(
             "--service-account-key-file={}",
@@ -516,7 +602,7 @@ fn write_kwok_stages(kwok_module: &Path, dest: &Path) -> Result<()> {
     std::fs::write(dest, all).map_err(|e| Error::io(dest, e))
 }
 
-fn kubeconfig_yaml(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {
+pub(crate) fn kubeconfig_yaml(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {
     format!(
         "apiVersion: v1
 kind: Config
@@ -562,7 +648,7 @@ fn fake_node(name: &str) -> Node {
         "kind": "Node",
         "metadata": {
             "name": name,
-            "annotations": { "kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0" },
+            "annotations": { FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0" },
             "labels": {
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
@@ -627,6 +713,7 @@ mod tests {
                     binary: PathBuf::from(name),
                     log: PathBuf::from(format!("{name}.log")),
                     args: Vec::new(),
+                    env: Vec::new(),
                 })
                 .collect(),
         }

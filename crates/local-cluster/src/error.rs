@@ -41,6 +41,15 @@ pub enum Error {
     #[error("kubeconfig: {0}")]
     Kubeconfig(#[from] kube::config::KubeconfigError),
 
+    #[error("container image: {0}")]
+    Image(String),
+
+    #[error("a real node cannot run on this machine:\n  - {}", .0.join("\n  - "))]
+    Preflight(Vec<String>),
+
+    #[error("real node: {0}")]
+    Node(String),
+
     #[error("encoding {what}: {message}")]
     Encode { what: String, message: String },
 }

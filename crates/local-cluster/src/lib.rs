@@ -12,7 +12,9 @@
 
 mod cluster;
 mod error;
+pub mod image;
 mod lock;
+pub mod node;
 pub mod openstack;
 pub mod paths;
 mod pki;

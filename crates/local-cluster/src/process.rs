@@ -22,11 +22,25 @@ pub struct Component {
     /// What it was started with, so that it can be restarted the same way.
     #[serde(default)]
     pub args: Vec<String>,
+    /// Environment variables set on top of ours.
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
 }
 
 impl Component {
     /// Starts `binary` with `args`, its stdout and stderr appended to `<log_dir>/<name>.log`.
     pub fn start(name: &str, binary: &Path, args: &[String], log_dir: &Path) -> Result<Self> {
+        Self::start_with_env(name, binary, args, &[], log_dir)
+    }
+
+    /// [`start`](Self::start) with extra environment variables.
+    pub fn start_with_env(
+        name: &str,
+        binary: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        log_dir: &Path,
+    ) -> Result<Self> {
         std::fs::create_dir_all(log_dir).map_err(|e| Error::io(log_dir, e))?;
         let log = log_dir.join(format!("{name}.log"));
         let out = File::options()
@@ -37,6 +51,7 @@ impl Component {
         let err = out.try_clone().map_err(|e| Error::io(&log, e))?;
         let child = Command::new(binary)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -51,6 +66,7 @@ impl Component {
             binary: binary.to_owned(),
             log,
             args: args.to_vec(),
+            env: env.to_vec(),
         })
     }
 

@@ -15,6 +15,8 @@ use crate::paths;
 
 /// One Go wrapper module and the commands it builds.
 struct Module {
+    /// Names the cache folder and the progress lines.
+    name: &'static str,
     /// Folder under `toolchain/`.
     dir: &'static str,
     /// The module whose version names the cache folder.
@@ -23,6 +25,8 @@ struct Module {
     packages: &'static [&'static str],
     /// Go build tags.
     tags: &'static str,
+    /// Whether the build needs cgo (runc's namespace setup is C).
+    cgo: bool,
 }
 
 /// The control plane's tags: SELinux support compiled in as upstream's release builds do, and
@@ -30,6 +34,7 @@ struct Module {
 const CONTROL_PLANE_TAGS: &str = "selinux,notest";
 
 const KUBERNETES: Module = Module {
+    name: "kubernetes",
     dir: "kubernetes",
     pinned: "k8s.io/kubernetes",
     packages: &[
@@ -39,34 +44,43 @@ const KUBERNETES: Module = Module {
         "k8s.io/kubernetes/cmd/kubectl",
     ],
     tags: CONTROL_PLANE_TAGS,
+    cgo: false,
 };
 const ETCD: Module = Module {
+    name: "etcd",
     dir: "etcd",
     pinned: "go.etcd.io/etcd/server/v3",
     packages: &["."],
     tags: CONTROL_PLANE_TAGS,
+    cgo: false,
 };
 const KWOK: Module = Module {
+    name: "kwok",
     dir: "kwok",
     pinned: "sigs.k8s.io/kwok",
     packages: &["sigs.k8s.io/kwok/cmd/kwok"],
     tags: CONTROL_PLANE_TAGS,
+    cgo: false,
 };
 
 /// Only the Helm chart's test needs it, so it is built on demand rather than with the cluster.
 const HELM: Module = Module {
+    name: "helm",
     dir: "helm",
     pinned: "helm.sh/helm/v4",
     packages: &["helm.sh/helm/v4/cmd/helm"],
     tags: CONTROL_PLANE_TAGS,
+    cgo: false,
 };
 
 /// Nothing is built from it: the chart's test installs the CRDs its module ships.
 const PROMETHEUS_OPERATOR: Module = Module {
+    name: "prometheus-operator",
     dir: "prometheus-operator",
     pinned: "github.com/prometheus-operator/prometheus-operator",
     packages: &[],
     tags: "",
+    cgo: false,
 };
 
 /// Prometheus and promtool, for the chart's alerting rules (`promtool check rules`, `promtool
@@ -74,6 +88,7 @@ const PROMETHEUS_OPERATOR: Module = Module {
 /// any service discovery but static files (`remove_all_sd`), which halves the build: the test
 /// scrapes a fixed loopback address.
 const PROMETHEUS: Module = Module {
+    name: "prometheus",
     dir: "prometheus",
     pinned: "github.com/prometheus/prometheus",
     packages: &[
@@ -81,15 +96,84 @@ const PROMETHEUS: Module = Module {
         "github.com/prometheus/prometheus/cmd/promtool",
     ],
     tags: "remove_all_sd",
+    cgo: false,
 };
 
 /// kube-score, the linter the chart's rendered manifests pass (kube-linter's module host is
 /// not reachable through the Go module proxy here).
 const KUBE_SCORE: Module = Module {
+    name: "kube-score",
     dir: "kube-score",
     pinned: "github.com/zegl/kube-score",
     packages: &["github.com/zegl/kube-score/cmd/kube-score"],
     tags: "",
+    cgo: false,
+};
+
+/// The node agents of `cluster up --real-node`, from the same Kubernetes release as the control
+/// plane (the same wrapper module, so the same pinned dependencies); cached apart so that the
+/// control plane does not rebuild when only they are wanted.
+const KUBERNETES_NODE: Module = Module {
+    name: "kubernetes-node",
+    dir: "kubernetes",
+    pinned: "k8s.io/kubernetes",
+    packages: &[
+        "k8s.io/kubernetes/cmd/kubelet",
+        "k8s.io/kubernetes/cmd/kube-proxy",
+    ],
+    tags: CONTROL_PLANE_TAGS,
+    cgo: false,
+};
+
+/// The container runtime the kubelet talks to (CRI), with its command line and the shim.
+const CONTAINERD: Module = Module {
+    name: "containerd",
+    dir: "containerd",
+    pinned: "github.com/containerd/containerd/v2",
+    packages: &[
+        "github.com/containerd/containerd/v2/cmd/containerd",
+        "github.com/containerd/containerd/v2/cmd/ctr",
+        "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+    ],
+    tags: "",
+    cgo: false,
+};
+
+/// runc's nsexec is C, and without seccomp support the chart's `RuntimeDefault` profile cannot
+/// be honoured, hence cgo and libseccomp (Debian's libseccomp-dev).
+const RUNC: Module = Module {
+    name: "runc",
+    dir: "runc",
+    pinned: "github.com/opencontainers/runc",
+    packages: &["github.com/opencontainers/runc"],
+    tags: "seccomp",
+    cgo: true,
+};
+
+/// The CNI plugins the node's pod network and the Network controller's attachment definitions
+/// use: a bridge with host-local addresses, and the loopback every sandbox needs.
+const CNI_PLUGINS: Module = Module {
+    name: "cni-plugins",
+    dir: "cni-plugins",
+    pinned: "github.com/containernetworking/plugins",
+    packages: &[
+        "github.com/containernetworking/plugins/plugins/main/bridge",
+        "github.com/containernetworking/plugins/plugins/main/loopback",
+        "github.com/containernetworking/plugins/plugins/ipam/host-local",
+    ],
+    tags: "",
+    cgo: false,
+};
+
+/// Multus' thin plugin, which reads the NetworkAttachmentDefinitions the Multus backend writes.
+/// Its module lives at gopkg.in: the github.com path is not served by the module proxy.
+const MULTUS: Module = Module {
+    name: "multus",
+    dir: "multus",
+    pinned: "gopkg.in/k8snetworkplumbingwg/multus-cni.v4",
+    packages: &["gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus"],
+    tags: "",
+    cgo: false,
 };
 
 /// Paths of the built binaries.
@@ -131,6 +215,56 @@ pub fn ensure() -> Result<Binaries> {
 pub fn helm() -> Result<PathBuf> {
     let _lock = crate::lock::FileLock::acquire(&paths::cache_dir().join("build.lock"))?;
     Ok(build(&HELM)?.join("helm"))
+}
+
+/// Paths of a real node's binaries.
+#[derive(Clone, Debug)]
+pub struct NodeBinaries {
+    pub kubelet: PathBuf,
+    pub kube_proxy: PathBuf,
+    pub containerd: PathBuf,
+    pub ctr: PathBuf,
+    /// The folder of `containerd-shim-runc-v2`, which containerd finds on its PATH.
+    pub shim_dir: PathBuf,
+    pub runc: PathBuf,
+    /// The CNI plugins and Multus, in one folder as CNI's `bin_dirs` wants them.
+    pub cni_dir: PathBuf,
+}
+
+/// The real node's binaries, built from their Go modules when not cached; the CNI plugins and
+/// Multus are linked into one folder.
+pub fn node() -> Result<NodeBinaries> {
+    let _lock = crate::lock::FileLock::acquire(&paths::cache_dir().join("build.lock"))?;
+    let kubernetes = build(&KUBERNETES_NODE)?;
+    let containerd = build(&CONTAINERD)?;
+    let runc = build(&RUNC)?;
+    let plugins = build(&CNI_PLUGINS)?;
+    let multus = build(&MULTUS)?;
+    let cni_dir = paths::cache_dir().join("bin").join(format!(
+        "cni-{}-multus-{}",
+        pinned_version(&CNI_PLUGINS)?,
+        pinned_version(&MULTUS)?
+    ));
+    std::fs::create_dir_all(&cni_dir).map_err(|e| Error::io(&cni_dir, e))?;
+    for (dir, module) in [(&plugins, &CNI_PLUGINS), (&multus, &MULTUS)] {
+        for package in module.packages {
+            let name = binary_name(package, module);
+            let link = cni_dir.join(&name);
+            if std::fs::read_link(&link).is_err() {
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(dir.join(&name), &link).map_err(|e| Error::io(&link, e))?;
+            }
+        }
+    }
+    Ok(NodeBinaries {
+        kubelet: kubernetes.join("kubelet"),
+        kube_proxy: kubernetes.join("kube-proxy"),
+        containerd: containerd.join("containerd"),
+        ctr: containerd.join("ctr"),
+        shim_dir: containerd.clone(),
+        runc: runc.join("runc"),
+        cni_dir,
+    })
 }
 
 /// Paths of the pinned Prometheus server and its promtool.
@@ -197,7 +331,7 @@ fn build(module: &Module) -> Result<PathBuf> {
     let version = pinned_version(module)?;
     let dest = paths::cache_dir()
         .join("bin")
-        .join(format!("{}-{version}", module.dir));
+        .join(format!("{}-{version}", module.name));
     let names: Vec<String> = module.packages.iter().map(|p| binary_name(p, module)).collect();
     if names.iter().all(|n| dest.join(n).is_file()) {
         return Ok(dest);
@@ -210,11 +344,26 @@ fn build(module: &Module) -> Result<PathBuf> {
     if module.dir == "kubernetes" {
         ldflags.push_str(&kubernetes_version_ldflags(&version));
     }
-    if module.dir == "prometheus" {
+    if module.name == "containerd" {
+        ldflags.push_str(&format!(
+            " -X github.com/containerd/containerd/v2/version.Version={version}"
+        ));
+    }
+    if module.name == "prometheus" {
         ldflags.push_str(&prometheus_version_ldflags(&version));
     }
     let src = paths::toolchain_dir().join(module.dir);
     let mut cmd = go_command(&src);
+    if module.cgo {
+        if module.tags.contains("seccomp") && !Path::new("/usr/include/seccomp.h").is_file() {
+            return Err(Error::Toolchain {
+                component: module.name.into(),
+                message: "needs libseccomp's headers: install libseccomp-dev (Debian) or libseccomp-devel"
+                    .into(),
+            });
+        }
+        cmd.env("CGO_ENABLED", "1");
+    }
     cmd.args([
         "build",
         "-v",
@@ -230,9 +379,9 @@ fn build(module: &Module) -> Result<PathBuf> {
     cmd.args(module.packages);
     eprintln!(
         "building {} {version} from Go modules (the first build takes several minutes)",
-        module.dir
+        module.name
     );
-    run_with_progress(cmd, module.dir)?;
+    run_with_progress(cmd, module.name)?;
     if dest.exists() {
         std::fs::remove_dir_all(&dest).map_err(|e| Error::io(&dest, e))?;
     }

@@ -300,9 +300,20 @@ pub async fn kube_config(args: &ClusterArgs) -> Result<kube::Config, String> {
 }
 
 async fn run_operator(args: RunArgs) -> Result<(), String> {
+    // The HTTP server comes first: a kubelet probes as soon as the container starts, and a
+    // refused connection reads as a crash where "not ready yet, checking the cluster" is true.
+    let requests = RequestCounter::default();
+    let telemetry = Telemetry::new(requests.clone());
+    telemetry.health.starting([STARTUP_CHECKS]);
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let (address, http) = crate::runtime::server::serve(args.http_address, telemetry.clone(), async move {
+        let _ = http_stopped.await;
+    })
+    .await
+    .map_err(|e| format!("cannot listen on {}: {e}", args.http_address))?;
+
     let config = kube_config(&args.cluster).await?;
     let server = config.cluster_url.to_string();
-    let requests = RequestCounter::default();
     let client = requests
         .client(config)
         .map_err(|e| format!("cannot build a client for {server}: {e}"))?;
@@ -327,14 +338,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     // Logging starts once the cluster is known to be usable: until then, a failure is reported
     // as the one line of `fail`, not interleaved with the client's own error logs.
     init_logging(&args);
-
-    let telemetry = Telemetry::new(requests);
-    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let (address, http) = crate::runtime::server::serve(args.http_address, telemetry.clone(), async move {
-        let _ = http_stopped.await;
-    })
-    .await
-    .map_err(|e| format!("cannot listen on {}: {e}", args.http_address))?;
+    telemetry.health.synced(STARTUP_CHECKS);
     tracing::info!(%server, %address, controllers = ?run.controllers, namespace = run.namespace.as_deref().unwrap_or("(all)"), "starting; serving /metrics, /healthz and /readyz");
 
     let drain = Duration::from_secs(args.drain_seconds);
@@ -387,6 +391,9 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         ),
     }
 }
+
+/// What `/readyz` names until the cluster has been checked and the backend configured.
+const STARTUP_CHECKS: &str = "startup checks";
 
 /// Checks that the cluster answers and every CRD the controllers need is installed, so a
 /// misconfiguration ends with one line instead of watch errors repeated forever.

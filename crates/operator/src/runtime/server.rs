@@ -51,7 +51,7 @@ async fn readyz(State(telemetry): State<Arc<Telemetry>>) -> impl IntoResponse {
         Ok(()) => (StatusCode::OK, "ok".to_owned()),
         Err(unsynced) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("caches not synced: {}", unsynced.join(", ")),
+            format!("not ready, waiting for: {}", unsynced.join(", ")),
         ),
     }
 }

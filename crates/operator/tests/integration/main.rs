@@ -15,4 +15,5 @@ mod my_custom_resource;
 mod network;
 mod neutron;
 mod process;
+mod real_node;
 mod support;

@@ -35,13 +35,13 @@ const NAD_CRD: &str = include_str!("../../../../deploy/testing/network-attachmen
 const TEST_COPY_LABEL: &str = "sample-operator.dev/test";
 
 /// Holds the NetworkAttachmentDefinition CRD in the state a test needs until dropped.
-struct NadCrd {
+pub(crate) struct NadCrd {
     _lock: std::fs::File,
 }
 
 impl NadCrd {
     /// The CRD is installed, and stays so while this is held.
-    async fn installed(client: &Client) -> Self {
+    pub(crate) async fn installed(client: &Client) -> Self {
         let lock = Self::lock(false).await;
         install_nad_crd(client).await;
         Self { _lock: lock }
@@ -122,7 +122,7 @@ fn observed_current(network: &Network) -> bool {
 }
 
 /// Waits until the Network is Ready (synced) for its current generation.
-async fn wait_synced(networks: &Api<Network>, name: &str, timeout: Duration) -> Network {
+pub(crate) async fn wait_synced(networks: &Api<Network>, name: &str, timeout: Duration) -> Network {
     testing::wait_for(networks, name, "Ready and Synced", timeout, |n| {
         ready(n) == Some(("True".into(), "Synced".into())) && observed_current(n)
     })
@@ -150,7 +150,7 @@ fn subnet_of(nad: &NetworkAttachmentDefinition) -> String {
         .to_owned()
 }
 
-async fn set_cidr(networks: &Api<Network>, name: &str, cidr: &str, gateway: &str) {
+pub(crate) async fn set_cidr(networks: &Api<Network>, name: &str, cidr: &str, gateway: &str) {
     let patch = json!({ "spec": { "cidr": cidr, "gateway": gateway } });
     networks
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -205,7 +205,7 @@ async fn the_seeds_network_is_synced_to_an_owned_attachment_definition() {
             "cniVersion": "1.0.0",
             "name": "example-network",
             "type": "bridge",
-            "bridge": multus::bridge_name(&ns.name, "example-network"),
+            "bridge": multus::bridge_name(&ns.name, "example-network", &n.validate().unwrap()),
             "isGateway": true,
             "ipam": {
                 "type": "host-local",

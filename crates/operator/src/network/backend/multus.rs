@@ -92,13 +92,18 @@ pub fn selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY}")
 }
 
-/// The name of the Linux bridge of a Network. Interface names have at most 15 bytes and a
-/// Network's namespace and name together up to 316, so the name is a hash of both: stable
-/// across restarts and versions (FNV-1a, not std's hasher, whose output may change), and one
-/// bridge, one layer-2 segment, per Network.
-pub fn bridge_name(namespace: &str, name: &str) -> String {
+/// The name of the Linux bridge of a Network's addressing. Interface names have at most 15
+/// bytes and a Network's namespace and name together up to 316, so the name is a hash (FNV-1a,
+/// not std's hasher, whose output may change): stable across restarts and versions, one
+/// bridge, one layer-2 segment, per Network. The prefix and gateway are hashed too, because
+/// the bridge holds the gateway address and the CNI bridge plugin refuses a bridge that holds
+/// another: a changed Network gets a new bridge on each node, and its Pods from then on join
+/// that one (the old bridge stays, with the Pods made before the change, until the node
+/// removes it).
+pub fn bridge_name(namespace: &str, name: &str, addressing: &Addressing) -> String {
+    let key = format!("{namespace}/{name}/{}/{}", addressing.prefix, addressing.gateway);
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in namespace.bytes().chain([b'/']).chain(name.bytes()) {
+    for byte in key.bytes() {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
@@ -114,7 +119,7 @@ pub fn cni_config(namespace: &str, name: &str, addressing: &Addressing) -> Strin
         "cniVersion": CNI_VERSION,
         "name": name,
         "type": "bridge",
-        "bridge": bridge_name(namespace, name),
+        "bridge": bridge_name(namespace, name, addressing),
         "isGateway": true,
         "ipam": {
             "type": "host-local",
@@ -336,6 +341,10 @@ mod tests {
         (network, addressing)
     }
 
+    fn addressing(cidr: &str, gateway: &str) -> Addressing {
+        network(cidr, gateway).1
+    }
+
     fn build(cidr: &str, gateway: &str) -> NetworkAttachmentDefinition {
         let (network, addressing) = network(cidr, gateway);
         let owner = network.controller_owner_ref(&()).unwrap();
@@ -366,7 +375,7 @@ mod tests {
                 "cniVersion": "1.0.0",
                 "name": "blue",
                 "type": "bridge",
-                "bridge": bridge_name("tenant", "blue"),
+                "bridge": bridge_name("tenant", "blue", &addressing("192.168.0.0/16", "192.168.0.1")),
                 "isGateway": true,
                 "ipam": {
                     "type": "host-local",
@@ -388,15 +397,30 @@ mod tests {
     }
 
     #[test]
-    fn bridge_names_fit_an_interface_name_and_differ_per_network() {
+    fn bridge_names_fit_an_interface_name_and_differ_per_network_and_addressing() {
         let long = "x".repeat(253);
+        let a = addressing("10.0.0.0/24", "10.0.0.1");
         for (namespace, name) in [("a", "b"), ("tenant", "blue"), (long.as_str(), long.as_str())] {
-            let bridge = bridge_name(namespace, name);
+            let bridge = bridge_name(namespace, name, &a);
             assert_eq!(bridge.len(), 15, "{bridge}");
-            assert_eq!(bridge, bridge_name(namespace, name), "stable");
+            assert_eq!(bridge, bridge_name(namespace, name, &a), "stable");
         }
-        assert_ne!(bridge_name("a", "bc"), bridge_name("ab", "c"));
-        assert_ne!(bridge_name("tenant", "blue"), bridge_name("other", "blue"));
+        assert_ne!(bridge_name("a", "bc", &a), bridge_name("ab", "c", &a));
+        assert_ne!(
+            bridge_name("tenant", "blue", &a),
+            bridge_name("other", "blue", &a)
+        );
+        // The CNI bridge plugin refuses a bridge holding another gateway address.
+        let moved = addressing("10.0.1.0/24", "10.0.1.1");
+        let regateway = addressing("10.0.0.0/24", "10.0.0.254");
+        assert_ne!(
+            bridge_name("tenant", "blue", &a),
+            bridge_name("tenant", "blue", &moved)
+        );
+        assert_ne!(
+            bridge_name("tenant", "blue", &a),
+            bridge_name("tenant", "blue", &regateway)
+        );
     }
 
     #[test]

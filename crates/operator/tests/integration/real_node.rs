@@ -1,0 +1,483 @@
+//! On the real node (`cargo xtask cluster up --real-node`): the operator from its image and
+//! chart as real Pods, and a Pod attached to a Network through Multus.
+//!
+//! Without a real node these tests print why and return; `SAMPLE_OPERATOR_REAL_NODE=required`
+//! (set by `cargo xtask test` when it started one) turns that into a failure.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use local_cluster::LocalCluster;
+use local_cluster::node::{NODE_LABEL, NODE_NAME};
+use local_cluster::testing::{self, TestNamespace};
+use sample_operator::ControllerName;
+use sample_operator_api::{Foo, Network};
+use serde_json::json;
+
+use crate::network::NadCrd;
+use crate::support::{Operator, client_with_crds};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Whether a real node runs; when not, says why (and fails where one is required).
+fn real_node() -> bool {
+    if testing::uses_existing_cluster() {
+        eprintln!("SKIPPED: the real-node tests run on the local cluster only");
+        return false;
+    }
+    if LocalCluster::default().node().is_running() {
+        return true;
+    }
+    let problems = local_cluster::node::preflight();
+    let why = if problems.is_empty() {
+        "no real node runs; start one with `cargo xtask cluster up --real-node`".to_owned()
+    } else {
+        format!("this machine cannot run a real node: {}", problems.join("; "))
+    };
+    if std::env::var("SAMPLE_OPERATOR_REAL_NODE").is_ok_and(|v| v == "required") {
+        panic!("a real node is required here, but {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// A Pod spec's placement on the real node: its label, and a toleration of its taint.
+fn on_real_node() -> serde_json::Value {
+    json!({
+        "nodeSelector": { NODE_LABEL: "true" },
+        "tolerations": [{ "key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule" }],
+    })
+}
+
+async fn helm(args: &[&str]) -> std::process::Output {
+    let helm = tokio::task::spawn_blocking(local_cluster::toolchain::helm)
+        .await
+        .unwrap()
+        .expect("helm builds");
+    tokio::process::Command::new(helm)
+        .args(args)
+        .env("KUBECONFIG", LocalCluster::default().kubeconfig())
+        .output()
+        .await
+        .unwrap()
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|c| c.iter().map(|c| c.restart_count).sum())
+        .unwrap_or(0)
+}
+
+fn describe(pods: &[Pod]) -> String {
+    pods.iter()
+        .map(|p| {
+            let status = p.status.as_ref();
+            format!(
+                "{} on {:?}: phase {:?}, containers {:?}",
+                p.metadata.name.as_deref().unwrap_or("?"),
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+                status.and_then(|s| s.phase.as_deref()),
+                status
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .map(|c| c.iter().map(|c| format!("{:?}", c.state)).collect::<Vec<_>>()),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n  ")
+}
+
+/// Waits until `count` Pods matching `selector` are Ready; returns them.
+async fn wait_ready(pods: &Api<Pod>, selector: &str, count: usize) -> Vec<Pod> {
+    let start = Instant::now();
+    loop {
+        let list = pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .unwrap()
+            .items;
+        let live: Vec<Pod> = list
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        if live.len() == count && live.iter().all(is_ready) {
+            return live;
+        }
+        assert!(
+            start.elapsed() < TIMEOUT,
+            "{count} Ready Pods for {selector} within {TIMEOUT:?}; saw:\n  {}",
+            describe(&live)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The host process of a Pod's first container, found through the container id in its
+/// cgroup path.
+fn host_pid(pod: &Pod) -> i32 {
+    let id = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.container_id.as_deref())
+        .and_then(|id| id.strip_prefix("containerd://"))
+        .expect("a running container")
+        .to_owned();
+    for entry in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if cgroup.contains(&id) && comm.trim() == "sample-operator" {
+            return pid;
+        }
+    }
+    panic!("no host process of container {id}");
+}
+
+/// `/proc/<pid>/status` as field → value.
+fn proc_status(pid: i32) -> BTreeMap<String, String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// Follows one Pod until it is gone and returns its containers' exit codes as last reported.
+async fn exit_codes_until_gone(pods: Api<Pod>, name: String) -> Vec<i32> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut codes = Vec::new();
+    let mut stream = watcher(pods, config).boxed();
+    while let Some(event) = tokio::time::timeout(TIMEOUT, stream.try_next())
+        .await
+        .unwrap_or_else(|_| panic!("{name} gone within {TIMEOUT:?}"))
+        .unwrap()
+    {
+        match event {
+            watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                let terminated: Vec<i32> = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .map(|c| {
+                        c.iter()
+                            .filter_map(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if !terminated.is_empty() {
+                    codes = terminated;
+                }
+            }
+            watcher::Event::Delete(_) => return codes,
+            _ => {}
+        }
+    }
+    codes
+}
+
+#[tokio::test]
+async fn the_chart_runs_the_operator_as_real_pods_that_hand_over_and_stop_gracefully() {
+    if !real_node() {
+        return;
+    }
+    let client = client_with_crds().await;
+    let _nad = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "real-chart").await;
+    // Its cluster-wide objects are named after the release: one of this run's own.
+    let release = ns.name.as_str();
+    let placement = on_real_node();
+    let node_selector = format!("nodeSelector={}", placement["nodeSelector"]);
+    let tolerations = format!("tolerations={}", placement["tolerations"]);
+    let chart = format!("{ROOT}/deploy/helm/sample-operator");
+    let out = helm(&[
+        "install",
+        release,
+        &chart,
+        "--namespace",
+        &ns.name,
+        "--set",
+        "image.pullPolicy=Never",
+        "--set",
+        &format!("watchNamespace={}", ns.name),
+        "--set-json",
+        &node_selector,
+        "--set-json",
+        &tolerations,
+    ])
+    .await;
+    assert!(
+        out.status.success(),
+        "helm install: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let pods: Api<Pod> = ns.api();
+    let selector = format!("app.kubernetes.io/instance={release}");
+    let selector = selector.as_str();
+    let running = wait_ready(&pods, selector, 2).await;
+    for pod in &running {
+        assert_eq!(
+            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some(NODE_NAME)
+        );
+        assert_eq!(restarts(pod), 0, "{}", describe(&running));
+        // The restricted security context, as the kernel sees the process.
+        let status = proc_status(host_pid(pod));
+        assert!(status["Uid"].starts_with("65532"), "Uid {}", status["Uid"]);
+        assert_eq!(status["NoNewPrivs"], "1");
+        assert_eq!(
+            status["Seccomp"], "2",
+            "RuntimeDefault is a seccomp filter (mode 2)"
+        );
+        assert_eq!(status["CapEff"], "0000000000000000");
+    }
+    // In-cluster configuration: the `kubernetes` Service, through kube-proxy.
+    let name = running[0].metadata.name.clone().unwrap();
+    let logs = pods.logs(&name, &Default::default()).await.unwrap();
+    assert!(logs.contains(r#""server":"https://10.0.0.1/""#), "{logs}");
+    // The first readiness probe finds the server listening.
+    for pod in &running {
+        let name = pod.metadata.name.as_deref().unwrap();
+        let refused: Vec<String> = crate::support::events_about(&client, &ns.name, name)
+            .await
+            .into_iter()
+            .filter_map(|e| e.note)
+            .filter(|note| note.contains("connection refused"))
+            .collect();
+        assert!(refused.is_empty(), "probes of {name} refused: {refused:?}");
+    }
+
+    // Leader handover: the standby takes the Lease once the leader's Pod is deleted.
+    let leases: Api<Lease> = ns.api();
+    let lease_name = format!("{release}-sample-operator");
+    let lease_name = lease_name.as_str();
+    let holder = |lease: &Lease| {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default()
+    };
+    let lease = testing::wait_for(&leases, lease_name, "a holder", TIMEOUT, |l| {
+        !holder(l).is_empty()
+    })
+    .await
+    .unwrap();
+    let leader = running
+        .iter()
+        .find(|p| holder(&lease).starts_with(p.metadata.name.as_deref().unwrap()))
+        .expect("the leader is one of the Pods");
+    let leader_name = leader.metadata.name.clone().unwrap();
+    let gone = tokio::spawn(exit_codes_until_gone(pods.clone(), leader_name.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let deleted = Instant::now();
+    pods.delete(&leader_name, &DeleteParams::default()).await.unwrap();
+    testing::wait_for(&leases, lease_name, "another holder", TIMEOUT, |l| {
+        let h = holder(l);
+        !h.is_empty() && !h.starts_with(&leader_name)
+    })
+    .await
+    .unwrap();
+    eprintln!("leader handover in {:?}", deleted.elapsed());
+    assert_eq!(
+        gone.await.unwrap(),
+        vec![0],
+        "the leader stops on SIGTERM with exit code 0"
+    );
+
+    // The seeds' Foo converges through the in-cluster operator (its nginx Pods on kwok nodes).
+    let foo: Foo = serde_yaml::from_str(include_str!("../../../../samples/foo.yaml")).unwrap();
+    let foos: Api<Foo> = ns.api();
+    foos.create(&PostParams::default(), &foo).await.unwrap();
+    foos.patch(
+        "example-foo",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "replicas": 3 } })),
+    )
+    .await
+    .unwrap();
+    testing::wait_for(&foos, "example-foo", "3 available replicas", TIMEOUT, |f| {
+        f.status.as_ref().map(|s| s.available_replicas) == Some(3)
+    })
+    .await
+    .unwrap();
+    let deployments: Api<Deployment> = ns.api();
+    assert!(deployments.get_opt("example-foo").await.unwrap().is_some());
+
+    // `helm uninstall`: every operator Pod stops on SIGTERM, none is killed.
+    let remaining = wait_ready(&pods, selector, 2).await;
+    let watches: Vec<_> = remaining
+        .iter()
+        .map(|p| {
+            tokio::spawn(exit_codes_until_gone(
+                pods.clone(),
+                p.metadata.name.clone().unwrap(),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let out = helm(&["uninstall", release, "--namespace", &ns.name, "--wait"]).await;
+    assert!(
+        out.status.success(),
+        "helm uninstall: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for watch in watches {
+        assert_eq!(watch.await.unwrap(), vec![0], "exit code after helm uninstall");
+    }
+    ns.delete().await;
+}
+
+/// A busybox Pod on the real node, attached to `networks` (the Multus annotation).
+fn attached_pod(name: &str, networks: &str) -> Pod {
+    let mut spec = on_real_node();
+    spec["containers"] = json!([{
+        "name": "sh",
+        "image": local_cluster::image::BUSYBOX,
+        "imagePullPolicy": "Never",
+        // PID 1 ignores SIGTERM unless it traps it.
+        "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+    }]);
+    spec["terminationGracePeriodSeconds"] = json!(5);
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": { "test": "multus" },
+            "annotations": { "k8s.v1.cni.cncf.io/networks": networks },
+        },
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// The IPv4 address and prefix length of `net1` in a Pod, from `ip -4 -o addr`.
+async fn net1_address(ns: &str, pod: &str) -> String {
+    let out = testing::kubectl(&[
+        "exec", "-n", ns, pod, "--", "ip", "-4", "-o", "addr", "show", "net1",
+    ])
+    .await;
+    out.split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no IPv4 address on net1: {out}"))
+        .to_owned()
+}
+
+async fn delete_promptly(pods: &Api<Pod>, name: &str) {
+    let start = Instant::now();
+    pods.delete(name, &DeleteParams::default()).await.unwrap();
+    testing::wait_for_deletion(pods, name, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{name} did not go: {e}"));
+    eprintln!("{name} deleted in {:?}", start.elapsed());
+}
+
+#[tokio::test]
+async fn a_pod_on_the_real_node_gets_an_interface_on_its_network() {
+    if !real_node() {
+        return;
+    }
+    let client = client_with_crds().await;
+    let _nad = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "real-multus").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks: Api<Network> = ns.api();
+    let pods: Api<Pod> = ns.api();
+
+    // Prefixes of this run's own: a bridge of an earlier run's Network may still hold an
+    // address in a prefix used before, which would take the replies to the gateway.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let (a, b) = (100 + nanos % 100, (nanos / 100) % 250);
+    let first = format!("10.{a}.{b}");
+    let second = format!("10.{a}.{}", b + 1);
+    networks
+        .create(
+            &PostParams::default(),
+            &crate::support::network("lab", &format!("{first}.0/24"), &format!("{first}.1")),
+        )
+        .await
+        .unwrap();
+    crate::network::wait_synced(&networks, "lab", TIMEOUT).await;
+    pods.create(&PostParams::default(), &attached_pod("first", "lab"))
+        .await
+        .unwrap();
+    wait_ready(&pods, "test=multus", 1).await;
+    let address = net1_address(&ns.name, "first").await;
+    assert!(
+        address.starts_with(&format!("{first}.")) && address.ends_with("/24"),
+        "{address}"
+    );
+    // The gateway is the Network's bridge on the node: reachable, and nothing beyond it.
+    let route = testing::kubectl(&["exec", "-n", &ns.name, "first", "--", "ip", "route"]).await;
+    assert!(!route.contains("default"), "no default route in a Pod: {route}");
+    let gateway = format!("{first}.1");
+    testing::kubectl(&[
+        "exec", "-n", &ns.name, "first", "--", "ping", "-c", "1", "-W", "2", &gateway,
+    ])
+    .await;
+    delete_promptly(&pods, "first").await;
+
+    // A changed Network reaches new Pods.
+    crate::network::set_cidr(
+        &networks,
+        "lab",
+        &format!("{second}.0/24"),
+        &format!("{second}.1"),
+    )
+    .await;
+    crate::network::wait_synced(&networks, "lab", TIMEOUT).await;
+    pods.create(&PostParams::default(), &attached_pod("second", "lab"))
+        .await
+        .unwrap();
+    wait_ready(&pods, "test=multus", 1).await;
+    let address = net1_address(&ns.name, "second").await;
+    assert!(address.starts_with(&format!("{second}.")), "{address}");
+    delete_promptly(&pods, "second").await;
+
+    // A deleted Network attaches nobody: its attachment definition is gone.
+    networks.delete("lab", &DeleteParams::default()).await.unwrap();
+    testing::wait_for_deletion(&networks, "lab", TIMEOUT)
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &attached_pod("third", "lab"))
+        .await
+        .unwrap();
+    let failure = crate::support::wait_for_event(&client, &ns.name, "third", "FailedCreatePodSandBox").await;
+    let note = failure.note.unwrap_or_default();
+    assert!(
+        note.contains("lab"),
+        "the failure names the missing network: {note}"
+    );
+    eprintln!("third: {note}");
+    let third = pods.get("third").await.unwrap();
+    assert!(!is_ready(&third));
+    delete_promptly(&pods, "third").await;
+
+    operator.stop().await;
+    ns.delete().await;
+}

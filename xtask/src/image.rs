@@ -1,0 +1,86 @@
+//! `cargo xtask image`: the operator's image from a cargo build, without Docker.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use local_cluster::{LocalCluster, image, paths, toolchain};
+
+#[derive(clap::Args)]
+pub struct ImageArgs {
+    /// The cargo profile the binary is built with.
+    #[arg(long, default_value = "release")]
+    pub profile: String,
+    /// Use this binary instead of building one.
+    #[arg(long)]
+    pub binary: Option<PathBuf>,
+    /// Only write the tar; do not import it into the real node.
+    #[arg(long)]
+    pub no_import: bool,
+}
+
+/// The tag the chart's Pods ask for when `image.tag` is empty: its appVersion.
+pub fn chart_app_version() -> Result<String> {
+    let path = paths::repo_root().join("deploy/helm/sample-operator/Chart.yaml");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .with_context(|| format!("no appVersion in {}", path.display()))
+}
+
+pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<()> {
+    let binary = match &args.binary {
+        Some(b) => b.clone(),
+        None => build_operator(&args.profile)?,
+    };
+    let version = chart_app_version()?;
+    let out = paths::repo_root().join("target/image");
+    std::fs::create_dir_all(&out)?;
+    let binary = strip_debug_info(&binary, &out)?;
+    let image = image::operator_image(&binary, &version)?;
+    let path = out.join(format!("sample-operator-{version}.oci.tar"));
+    std::fs::write(&path, &image.tar)?;
+    println!("{} {} ({} MiB)", image.name, image.digest, image.tar.len() >> 20);
+    println!("  written to {}", path.display());
+    let node = cluster.node();
+    if !args.no_import && node.is_running() {
+        let bin = toolchain::node()?;
+        node.import_image(&bin.ctr, &image)?;
+        println!("  imported into the real node's containerd");
+    }
+    Ok(())
+}
+
+/// A copy without debug information (a dev build's is most of its 480 MB); the symbols stay,
+/// so that a panic's backtrace still names functions. binutils' output is deterministic.
+fn strip_debug_info(binary: &Path, out: &Path) -> Result<PathBuf> {
+    let stripped = out.join("sample-operator");
+    let status = Command::new("strip")
+        .arg("--strip-debug")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(binary)
+        .status()
+        .context("running strip (Debian's binutils)")?;
+    if !status.success() {
+        bail!("strip --strip-debug {} failed", binary.display());
+    }
+    Ok(stripped)
+}
+
+/// `cargo build -p sample-operator` in `profile`, returning the binary's path.
+pub fn build_operator(profile: &str) -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = paths::repo_root();
+    let status = Command::new(cargo)
+        .args(["build", "--locked", "-p", "sample-operator", "--profile", profile])
+        .current_dir(&root)
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build of the operator failed");
+    }
+    let dir = if profile == "dev" { "debug" } else { profile };
+    Ok(root.join("target").join(dir).join("sample-operator"))
+}
