@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
+use local_cluster::node::NODE_LABEL;
 use local_cluster::openstack::{self, OpenStack};
 use local_cluster::{LocalCluster, paths, toolchain};
 
@@ -81,7 +82,13 @@ impl Demo {
 
 pub async fn run(cluster: &LocalCluster) -> Result<()> {
     println!("== starting the local cluster (the first run builds Kubernetes from Go modules)");
-    let state = cluster.up().await?;
+    // With root and the kernel features it needs, a real node too, for the last scene.
+    let problems = local_cluster::node::preflight();
+    let options = local_cluster::UpOptions {
+        real_node: problems.is_empty(),
+        ..Default::default()
+    };
+    let state = cluster.up_with(options).await?;
     println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
     let demo = Demo {
         kubectl: toolchain::ensure()?.kubectl,
@@ -149,11 +156,170 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
     stop_operator(&mut operator);
     result?;
     neutron_scene(&demo, cluster, &bed)?;
+    if problems.is_empty() {
+        real_node_scene(&demo, cluster)?;
+    } else {
+        println!(
+            "\n== no real-node scene: this machine cannot run a real node:\n  - {}",
+            problems.join("\n  - ")
+        );
+    }
 
     println!("\n== done. The cluster keeps running; `cargo xtask cluster down` stops it.");
     println!("Run the operator yourself with:");
     println!("  export KUBECONFIG={}", cluster.kubeconfig().display());
     println!("  cargo run -p sample-operator -- run");
+    Ok(())
+}
+
+/// Where the chart installs the operator on the real node, and its Network and Pod live.
+const REAL_NAMESPACE: &str = "demo-real-node";
+
+/// The operator as its users run it: its image (written here without Docker) installed by its
+/// chart onto the real node, leading and standing by; then a Pod on that node attached to a
+/// Network by Multus, through the attachment definition the in-cluster operator wrote.
+fn real_node_scene(demo: &Demo, cluster: &LocalCluster) -> Result<()> {
+    println!(
+        "\n== the real node: the operator's image, built without Docker and imported into its containerd"
+    );
+    let image = crate::image::run(
+        cluster,
+        &crate::image::ImageArgs {
+            profile: "dev".into(),
+            binary: None,
+            no_import: false,
+        },
+    )?;
+    println!(
+        "\n== the real node: the chart installs the operator there (built from Go modules the first time: helm)"
+    );
+    let helm = toolchain::helm()?;
+    let chart = demo
+        .root
+        .join("deploy/helm/sample-operator")
+        .display()
+        .to_string();
+    let node_selector = format!(r#"nodeSelector={{"{NODE_LABEL}":"true"}}"#);
+    let tolerations =
+        format!(r#"tolerations=[{{"key":"{NODE_LABEL}","operator":"Exists","effect":"NoSchedule"}}]"#);
+    let args = [
+        "upgrade",
+        "--install",
+        "demo",
+        &chart,
+        "--namespace",
+        REAL_NAMESPACE,
+        "--create-namespace",
+        "--set",
+        "image.pullPolicy=Never",
+        // By digest, as in production: a new image is a new Pod template, so a rollout.
+        "--set",
+        &format!("image.digest={}", image.digest),
+        "--set",
+        &format!("watchNamespace={REAL_NAMESPACE}"),
+        "--set-json",
+        &node_selector,
+        "--set-json",
+        &tolerations,
+        "--wait",
+        "--timeout=180s",
+    ];
+    println!("\n$ helm {}", args.join(" "));
+    let status = Command::new(&helm)
+        .args(args)
+        .env("KUBECONFIG", &demo.kubeconfig)
+        .status()?;
+    if !status.success() {
+        bail!("helm upgrade --install failed");
+    }
+    // Pods of an earlier run's image go once the new ones are Ready.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let operator_pods = [
+        "get",
+        "pods",
+        "-n",
+        REAL_NAMESPACE,
+        "-l",
+        "app.kubernetes.io/instance=demo",
+        "-o",
+        "name",
+    ];
+    while demo.quiet(&operator_pods)?.lines().count() > 2 {
+        if std::time::Instant::now() > deadline {
+            bail!("the operator's old Pods did not go within 90 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    demo.show(&[
+        "get",
+        "pods",
+        "-n",
+        REAL_NAMESPACE,
+        "-l",
+        "app.kubernetes.io/instance=demo",
+        "-o",
+        "wide",
+    ])?;
+    demo.show(&["get", "lease", "-n", REAL_NAMESPACE, "demo-sample-operator"])?;
+
+    println!("\n== the real node: a Pod attached to a Network gets net1 in its prefix");
+    // An earlier run's Pod, whose interface came from then.
+    demo.quiet(&[
+        "delete",
+        "pod",
+        "-n",
+        REAL_NAMESPACE,
+        "attached",
+        "--ignore-not-found",
+        "--wait=true",
+    ])?;
+    let network = String::from(
+        "apiVersion: samplecrd.k8s.io/v1\nkind: Network\nmetadata:\n  name: lab\nspec:\n  cidr: 10.99.0.0/24\n  gateway: 10.99.0.1\n",
+    );
+    apply_stdin_in(demo, REAL_NAMESPACE, &network)?;
+    demo.wait_in(REAL_NAMESPACE, "network/lab", READY_STATUS, "True")?;
+    let pod = format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: attached
+  annotations:
+    k8s.v1.cni.cncf.io/networks: lab
+spec:
+  nodeSelector:
+    {NODE_LABEL}: \"true\"
+  tolerations:
+  - {{key: {NODE_LABEL}, operator: Exists, effect: NoSchedule}}
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: sh
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: [/bin/sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1; done\"]
+",
+        BUSYBOX = local_cluster::image::BUSYBOX,
+    );
+    apply_stdin_in(demo, REAL_NAMESPACE, &pod)?;
+    demo.quiet(&[
+        "wait",
+        "-n",
+        REAL_NAMESPACE,
+        "--for=condition=Ready",
+        "pod/attached",
+        "--timeout=90s",
+    ])?;
+    demo.show(&[
+        "exec",
+        "-n",
+        REAL_NAMESPACE,
+        "attached",
+        "--",
+        "ip",
+        "-4",
+        "addr",
+        "show",
+        "net1",
+    ])?;
     Ok(())
 }
 
@@ -520,10 +686,14 @@ fn my_custom_resource_scene(demo: &Demo) -> Result<()> {
 }
 
 fn apply_stdin(demo: &Demo, yaml: &str) -> Result<()> {
+    apply_stdin_in(demo, NAMESPACE, yaml)
+}
+
+fn apply_stdin_in(demo: &Demo, namespace: &str, yaml: &str) -> Result<()> {
     use std::io::Write;
-    println!("\n$ kubectl apply -n {NAMESPACE} -f - <<EOF\n{yaml}EOF");
+    println!("\n$ kubectl apply -n {namespace} -f - <<EOF\n{yaml}EOF");
     let mut child = demo
-        .command(&["apply", "-n", NAMESPACE, "-f", "-"])
+        .command(&["apply", "-n", namespace, "-f", "-"])
         .stdin(Stdio::piped())
         .spawn()?;
     child.stdin.take().context("stdin")?.write_all(yaml.as_bytes())?;

@@ -29,7 +29,8 @@ pub fn chart_app_version() -> Result<String> {
         .with_context(|| format!("no appVersion in {}", path.display()))
 }
 
-pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<()> {
+/// Builds (or takes) the binary, writes the image and imports it; returns it.
+pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<image::Image> {
     let binary = match &args.binary {
         Some(b) => b.clone(),
         None => build_operator(&args.profile)?,
@@ -49,7 +50,7 @@ pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<()> {
         node.import_image(&bin.ctr, &image)?;
         println!("  imported into the real node's containerd");
     }
-    Ok(())
+    Ok(image)
 }
 
 /// A copy without debug information (a dev build's is most of its 480 MB); the symbols stay,

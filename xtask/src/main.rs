@@ -173,7 +173,9 @@ fn run(args: Args) -> Result<ExitCode> {
         Cmd::Neutron { action } => return neutron(&runtime, &cluster, action),
         Cmd::Demo => runtime.block_on(demo::run(&cluster))?,
         Cmd::Crds => write_crds()?,
-        Cmd::Image(args) => image::run(&cluster, &args)?,
+        Cmd::Image(args) => {
+            image::run(&cluster, &args)?;
+        }
         Cmd::Test { cargo_test_args } => return test(&runtime, &cluster, &cargo_test_args),
         Cmd::Kubectl { args } => return kubectl(&cluster, &args),
         Cmd::Bench(args) => runtime.block_on(bench::run(args))?,
@@ -213,15 +215,7 @@ fn neutron(
                 "Keystone at {}, neutron-server at {}",
                 state.keystone_url, state.neutron_url
             );
-            for c in &state.components {
-                let running = if c.is_running() { "running" } else { "NOT RUNNING" };
-                println!(
-                    "  {:<24} pid {:<8} {running}  log {}",
-                    c.name,
-                    c.pid,
-                    c.log.display()
-                );
-            }
+            print_components(&state.components);
             let healthy = bed.is_healthy();
             println!("healthy: {healthy}");
             if !healthy {
@@ -232,13 +226,9 @@ fn neutron(
     Ok(ExitCode::SUCCESS)
 }
 
-async fn status(cluster: &LocalCluster) -> Result<ExitCode> {
-    let Some(state) = cluster.state() else {
-        println!("no local cluster in {}", cluster.dir().display());
-        return Ok(ExitCode::FAILURE);
-    };
-    println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
-    for c in &state.components {
+/// One line per process: name, pid, whether it runs, its log.
+fn print_components(components: &[local_cluster::Component]) {
+    for c in components {
         let running = if c.is_running() { "running" } else { "NOT RUNNING" };
         println!(
             "  {:<24} pid {:<8} {running}  log {}",
@@ -247,17 +237,18 @@ async fn status(cluster: &LocalCluster) -> Result<ExitCode> {
             c.log.display()
         );
     }
+}
+
+async fn status(cluster: &LocalCluster) -> Result<ExitCode> {
+    let Some(state) = cluster.state() else {
+        println!("no local cluster in {}", cluster.dir().display());
+        return Ok(ExitCode::FAILURE);
+    };
+    println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
+    print_components(&state.components);
     if let Some(node) = cluster.node().state() {
         println!("real node {}:", local_cluster::node::NODE_NAME);
-        for c in &node.components {
-            let running = if c.is_running() { "running" } else { "NOT RUNNING" };
-            println!(
-                "  {:<24} pid {:<8} {running}  log {}",
-                c.name,
-                c.pid,
-                c.log.display()
-            );
-        }
+        print_components(&node.components);
     }
     let healthy = cluster.is_healthy().await;
     println!("healthy: {healthy}");
@@ -288,10 +279,11 @@ fn kubectl(cluster: &LocalCluster, args: &[String]) -> Result<ExitCode> {
 fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[String]) -> Result<ExitCode> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = paths::repo_root();
-    let step = |name: &str, args: &[&str]| -> Result<()> {
+    let step_with_env = |name: &str, args: &[&str], env: &[(&str, &str)]| -> Result<()> {
         println!("== {name}: cargo {}", args.join(" "));
         let status = Command::new(&cargo)
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(&root)
             .status()
             .with_context(|| format!("running cargo {}", args[0]))?;
@@ -300,6 +292,7 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
         }
         Ok(())
     };
+    let step = |name: &str, args: &[&str]| step_with_env(name, args, &[]);
     if extra.is_empty() {
         step("formatting", &["fmt", "--all", "--check"])?;
         step(
@@ -316,8 +309,36 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
         )?;
     }
     println!("== local cluster");
-    let state = runtime.block_on(cluster.up())?;
+    // The real node's tests need root and a few kernel features; where they are missing the
+    // tests say so and skip, and this says why up front.
+    let problems = local_cluster::node::preflight();
+    let real_node = problems.is_empty();
+    let node_was_running = cluster.node().is_running();
+    if !real_node {
+        println!(
+            "no real node: this machine cannot run one, so its tests will skip:\n  - {}",
+            problems.join("\n  - ")
+        );
+    }
+    let options = local_cluster::UpOptions {
+        real_node,
+        ..Default::default()
+    };
+    let state = runtime.block_on(cluster.up_with(options))?;
     println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
+    if real_node {
+        // The dev build the tests compile anyway, without its debug information: a release
+        // build would add some 15 minutes to a cold run.
+        println!("== the operator's image, into the real node");
+        image::run(
+            cluster,
+            &image::ImageArgs {
+                profile: "dev".into(),
+                binary: None,
+                no_import: false,
+            },
+        )?;
+    }
     // The Neutron backend's tests need it; started here, its first install shows its progress.
     println!("== OpenStack test bed");
     let bed = runtime.block_on(OpenStack::new(cluster.dir().to_owned()).up())?;
@@ -330,6 +351,31 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
         args.push("--");
         args.extend(extra.iter().map(String::as_str));
     }
-    step("tests", &args)?;
+    // Where a real node runs, its tests must not skip.
+    let env: &[(&str, &str)] = if real_node {
+        &[("SAMPLE_OPERATOR_REAL_NODE", "required")]
+    } else {
+        &[]
+    };
+    step_with_env("tests", &args, env)?;
+    if real_node && !node_was_running {
+        println!("== the real node's down leaves nothing behind");
+        runtime.block_on(remove_real_node(cluster))?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Stops the real node this run started, twice (the second must find nothing to do), and
+/// removes its Node; fails with whatever `down` left behind.
+async fn remove_real_node(cluster: &LocalCluster) -> Result<()> {
+    let node = cluster.node();
+    node.down().context("stopping the real node")?;
+    node.down().context("stopping the real node a second time")?;
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(cluster.client().await?);
+    nodes
+        .delete(local_cluster::node::NODE_NAME, &Default::default())
+        .await
+        .context("deleting the real node's Node")?;
+    println!("stopped; no process, mount, cgroup, link, iptables chain or host path left");
+    Ok(())
 }

@@ -33,4 +33,16 @@ fn the_demo_runs_every_scene() {
             "the demo did not show {shown:?}:\n{stdout}"
         );
     }
+    // The real-node scene, where this machine can run one: the chart's Pods and a Pod's net1
+    // in the Network's prefix.
+    if local_cluster::node::preflight().is_empty() {
+        for shown in ["demo-sample-operator-", "real-node-0", "inet 10.99.0."] {
+            assert!(
+                stdout.contains(shown),
+                "the demo's real-node scene did not show {shown:?}:\n{stdout}"
+            );
+        }
+    } else {
+        assert!(stdout.contains("== no real-node scene"), "{stdout}");
+    }
 }

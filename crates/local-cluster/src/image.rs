@@ -203,20 +203,29 @@ pub fn write_image(rootfs: &Rootfs, spec: &ImageSpec) -> Result<Image> {
         }],
     }));
     let manifest_digest = sha256(&manifest);
-    let tag = spec.name.rsplit_once(':').map(|(_, t)| t).unwrap_or("latest");
-    let index = json_bytes(&json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
+    let (repository, tag) = spec
+        .name
+        .rsplit_once(':')
+        .unwrap_or((spec.name.as_str(), "latest"));
+    // Named twice: by tag, and by digest as a Pod that pins `image@sha256:…` asks for it
+    // (containerd records a digest name only for what it pulled itself).
+    let by_digest = format!("{repository}@{manifest_digest}");
+    let entry = |name: &str, ref_name: &str| {
+        json!({
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "digest": manifest_digest,
             "size": manifest.len(),
             "platform": { "architecture": "amd64", "os": "linux" },
             "annotations": {
-                "io.containerd.image.name": spec.name,
-                "org.opencontainers.image.ref.name": tag,
+                "io.containerd.image.name": name,
+                "org.opencontainers.image.ref.name": ref_name,
             },
-        }],
+        })
+    };
+    let index = json_bytes(&json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [entry(&spec.name, tag), entry(&by_digest, &manifest_digest)],
     }));
     let mut layout = Rootfs::default();
     layout.file("oci-layout", 0o644, br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec());
@@ -461,6 +470,12 @@ mod tests {
         assert_eq!(
             entry["annotations"]["io.containerd.image.name"],
             "docker.io/library/sample-operator:0.1.0"
+        );
+        let by_digest = &index["manifests"][1];
+        assert_eq!(by_digest["digest"], image.digest.as_str());
+        assert_eq!(
+            by_digest["annotations"]["io.containerd.image.name"],
+            format!("docker.io/library/sample-operator@{}", image.digest)
         );
         let manifest: serde_json::Value = serde_json::from_slice(&blob(&image.digest)).unwrap();
         let config: serde_json::Value =

@@ -267,12 +267,15 @@ impl RealNode {
             Duration::from_secs(60),
             &state.components,
             || async {
-                let rules = run(Command::new("iptables").args(["-S", "FORWARD"])).map_err(|e| e.to_string())?;
+                let rules =
+                    run(Command::new("iptables").args(["-S", "FORWARD"])).map_err(|e| e.to_string())?;
                 Ok(rules.contains("KUBE-FORWARD").then_some(()))
             },
         )
         .await?;
-        let _ = Command::new("iptables").args(["-D", "FORWARD", "-j", GUARD_CHAIN]).output();
+        let _ = Command::new("iptables")
+            .args(["-D", "FORWARD", "-j", GUARD_CHAIN])
+            .output();
         run(Command::new("iptables").args(["-I", "FORWARD", "1", "-j", GUARD_CHAIN]))?;
 
         let nodes: Api<Node> = Api::all(client.clone());

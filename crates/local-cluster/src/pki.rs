@@ -175,7 +175,14 @@ fn issue_client(pki: &Pki, issuer: &Issuer<'_, KeyPair>, id: &Identity) -> Resul
 impl Pki {
     /// The CA of a cluster generated earlier, from its saved key.
     fn issuer(&self) -> Result<Issuer<'static, KeyPair>> {
-        let pem = std::fs::read_to_string(self.ca_key()).map_err(|e| Error::io(&self.ca_key(), e))?;
+        let pem = std::fs::read_to_string(self.ca_key()).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::Node(
+                "this cluster was started by a version that did not keep its CA key; restart it: \
+                 `cargo xtask cluster down && cargo xtask cluster up --real-node`"
+                    .into(),
+            ),
+            _ => Error::io(&self.ca_key(), e),
+        })?;
         Ok(Issuer::new(ca_params()?, KeyPair::from_pem(&pem)?))
     }
 

@@ -123,16 +123,17 @@ fn chart() -> String {
     format!("{ROOT}/deploy/helm/sample-operator")
 }
 
-async fn helm(args: &[String]) -> std::process::Output {
+/// Runs the helm built here; against the local cluster unless the tests use an existing one.
+pub(crate) async fn helm<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
     let helm = tokio::task::spawn_blocking(local_cluster::toolchain::helm)
         .await
         .unwrap()
         .expect("helm builds");
-    tokio::process::Command::new(helm)
-        .args(args)
-        .output()
-        .await
-        .unwrap()
+    let mut cmd = tokio::process::Command::new(helm);
+    if !testing::uses_existing_cluster() {
+        cmd.env("KUBECONFIG", local_cluster::LocalCluster::default().kubeconfig());
+    }
+    cmd.args(args).output().await.unwrap()
 }
 
 fn with_sets(mut args: Vec<String>, sets: &[String]) -> Vec<String> {

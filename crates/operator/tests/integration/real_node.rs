@@ -20,6 +20,7 @@ use sample_operator::ControllerName;
 use sample_operator_api::{Foo, Network};
 use serde_json::json;
 
+use crate::chart::helm;
 use crate::network::NadCrd;
 use crate::support::{Operator, client_with_crds};
 
@@ -54,19 +55,6 @@ fn on_real_node() -> serde_json::Value {
         "nodeSelector": { NODE_LABEL: "true" },
         "tolerations": [{ "key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule" }],
     })
-}
-
-async fn helm(args: &[&str]) -> std::process::Output {
-    let helm = tokio::task::spawn_blocking(local_cluster::toolchain::helm)
-        .await
-        .unwrap()
-        .expect("helm builds");
-    tokio::process::Command::new(helm)
-        .args(args)
-        .env("KUBECONFIG", LocalCluster::default().kubeconfig())
-        .output()
-        .await
-        .unwrap()
 }
 
 fn is_ready(pod: &Pod) -> bool {
