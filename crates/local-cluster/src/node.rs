@@ -159,6 +159,14 @@ impl RealNode {
             .next()
             .and_then(|p| p.parse().ok())
             .ok_or_else(|| Error::Node(format!("no port in {server}")))?;
+        // Its names and addresses are fixed: one real node per machine.
+        if Path::new("/sys/class/net").join(BRIDGE).exists() {
+            return Err(Error::Node(format!(
+                "the bridge {BRIDGE} exists already: another checkout's real node runs on this \
+                 machine (stop it with `cargo xtask cluster down` there), or one was left behind \
+                 (`ip link delete {BRIDGE}`)"
+            )));
+        }
         std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         let mut state = NodeState {
             created_paths: HOST_PATHS
@@ -298,9 +306,7 @@ impl RealNode {
     /// The Pod bridge with the node address, and the guard that drops whatever would be
     /// forwarded out of the node's bridges.
     fn network(&self) -> Result<()> {
-        if !Path::new("/sys/class/net").join(BRIDGE).exists() {
-            run(Command::new("ip").args(["link", "add", BRIDGE, "type", "bridge"]))?;
-        }
+        run(Command::new("ip").args(["link", "add", BRIDGE, "type", "bridge"]))?;
         let _ = Command::new("ip")
             .args(["addr", "add", &format!("{NODE_IP}/16"), "dev", BRIDGE])
             .output();
