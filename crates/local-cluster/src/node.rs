@@ -76,7 +76,8 @@ pub struct NodeState {
     pub links_before: BTreeSet<String>,
     pub chains_before: BTreeSet<String>,
     pub ip_forward_before: Option<String>,
-    /// cgroups the kubelet and containerd make, in every controller, that did not exist.
+    /// The kubelet's and containerd's cgroups that existed before, in every controller: the
+    /// others are removed.
     pub cgroups_before: BTreeSet<PathBuf>,
 }
 
