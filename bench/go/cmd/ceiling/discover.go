@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"net/http"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -32,12 +34,21 @@ func discoverFoos(ctx context.Context, foos dynamic.NamespaceableResourceInterfa
 	}
 	for ctx.Err() == nil {
 		resourceVersion, err = watchFoos(ctx, foos.Namespace(namespace), resourceVersion, send)
+		if errors.Is(err, errExpired) {
+			// The apiserver compacted past our resourceVersion while we wrote (a backlog of
+			// 100,000 Foos takes minutes): list again, as an informer does; `seen` keeps each
+			// Foo sent once.
+			resourceVersion, err = listFoos(ctx, foos.Namespace(namespace), send)
+		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// errExpired is a watch that the apiserver ended with 410 Gone: its resourceVersion is too old.
+var errExpired = errors.New("resourceVersion expired")
 
 // listFoos pages through the Foos (500 a page, as informers do) and returns the resourceVersion
 // to watch from.
@@ -69,6 +80,9 @@ func watchFoos(ctx context.Context, foos dynamic.ResourceInterface, resourceVers
 	for event := range w.ResultChan() {
 		obj, ok := event.Object.(*unstructured.Unstructured)
 		if !ok {
+			if status, isStatus := event.Object.(*metav1.Status); isStatus && status.Code == http.StatusGone {
+				return resourceVersion, errExpired
+			}
 			return resourceVersion, fmt.Errorf("watch error: %v", event.Object)
 		}
 		resourceVersion = obj.GetResourceVersion()
