@@ -1,6 +1,6 @@
 //! `cargo xtask demo`: the operator at work on the seeds' samples, on the local cluster.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -234,32 +234,25 @@ fn real_node_scene(demo: &Demo, cluster: &LocalCluster) -> Result<()> {
     }
     // Pods of an earlier run's image go once the new ones are Ready.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
-    let operator_pods = [
-        "get",
-        "pods",
-        "-n",
-        REAL_NAMESPACE,
-        "-l",
-        "app.kubernetes.io/instance=demo",
-        "-o",
-        "name",
-    ];
-    while demo.quiet(&operator_pods)?.lines().count() > 2 {
+    let operator_pods = |output| {
+        [
+            "get",
+            "pods",
+            "-n",
+            REAL_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/instance=demo",
+            "-o",
+            output,
+        ]
+    };
+    while demo.quiet(&operator_pods("name"))?.lines().count() > 2 {
         if std::time::Instant::now() > deadline {
             bail!("the operator's old Pods did not go within 90 s");
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
-    demo.show(&[
-        "get",
-        "pods",
-        "-n",
-        REAL_NAMESPACE,
-        "-l",
-        "app.kubernetes.io/instance=demo",
-        "-o",
-        "wide",
-    ])?;
+    demo.show(&operator_pods("wide"))?;
     demo.show(&["get", "lease", "-n", REAL_NAMESPACE, "demo-sample-operator"])?;
 
     println!("\n== the real node: a Pod attached to a Network gets net1 in its prefix");
@@ -728,17 +721,9 @@ fn neutron_operator_args(bed: &OpenStack) -> Vec<String> {
 
 /// Builds the operator and starts it against the local cluster, logging to the cluster's logs.
 fn start_operator(cluster: &LocalCluster, args: &[String], log: &str) -> Result<Child> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = paths::repo_root();
-    let status = Command::new(cargo)
-        .args(["build", "--quiet", "--package", "sample-operator"])
-        .current_dir(&root)
-        .status()?;
-    if !status.success() {
-        bail!("building the operator failed");
-    }
+    let binary = crate::cargo_build::operator("dev", true)?;
     let log = std::fs::File::create(cluster.logs_dir().join(log))?;
-    let child = Command::new(binary(&root))
+    let child = Command::new(binary)
         .args(args)
         .arg(format!("--kubeconfig={}", cluster.kubeconfig().display()))
         .stdout(log.try_clone()?)
@@ -746,13 +731,6 @@ fn start_operator(cluster: &LocalCluster, args: &[String], log: &str) -> Result<
         .spawn()
         .context("starting the operator")?;
     Ok(child)
-}
-
-fn binary(root: &Path) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    target.join("debug/sample-operator")
 }
 
 /// SIGTERM, as Kubernetes would stop it: in-flight reconciles finish, then it exits.

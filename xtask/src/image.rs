@@ -33,10 +33,10 @@ pub fn chart_app_version() -> Result<String> {
 pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<image::Image> {
     let binary = match &args.binary {
         Some(b) => b.clone(),
-        None => build_operator(&args.profile)?,
+        None => crate::cargo_build::operator(&args.profile, false)?,
     };
     let version = chart_app_version()?;
-    let out = paths::repo_root().join("target/image");
+    let out = crate::cargo_build::target_dir().join("image");
     std::fs::create_dir_all(&out)?;
     let binary = strip_debug_info(&binary, &out)?;
     let image = image::operator_image(&binary, &version)?;
@@ -68,20 +68,4 @@ fn strip_debug_info(binary: &Path, out: &Path) -> Result<PathBuf> {
         bail!("strip --strip-debug {} failed", binary.display());
     }
     Ok(stripped)
-}
-
-/// `cargo build -p sample-operator` in `profile`, returning the binary's path.
-pub fn build_operator(profile: &str) -> Result<PathBuf> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = paths::repo_root();
-    let status = Command::new(cargo)
-        .args(["build", "--locked", "-p", "sample-operator", "--profile", profile])
-        .current_dir(&root)
-        .status()
-        .context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build of the operator failed");
-    }
-    let dir = if profile == "dev" { "debug" } else { profile };
-    Ok(root.join("target").join(dir).join("sample-operator"))
 }

@@ -8,6 +8,7 @@ use local_cluster::openstack::{self, OpenStack};
 use local_cluster::{LocalCluster, paths, toolchain};
 
 mod bench;
+mod cargo_build;
 mod demo;
 mod image;
 
@@ -359,8 +360,12 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
     };
     step_with_env("tests", &args, env)?;
     if real_node && !node_was_running {
-        println!("== the real node's down leaves nothing behind");
-        runtime.block_on(remove_real_node(cluster))?;
+        println!("== the real node's down leaves nothing behind, and it joins a running cluster again");
+        runtime.block_on(async {
+            remove_real_node(cluster).await?;
+            cluster.up_with(options).await?;
+            remove_real_node(cluster).await
+        })?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -281,7 +281,7 @@ impl LocalCluster {
             &logs,
         )?;
         record(started, apiserver)?;
-        self.write_kubeconfig(&self.kubeconfig(), &server, &pki, &pki::ADMIN)?;
+        write_kubeconfig(&self.kubeconfig(), &server, &pki, &pki::ADMIN)?;
         let client = self.client().await?;
         wait_for(
             "kube-apiserver to answer /readyz",
@@ -303,7 +303,7 @@ impl LocalCluster {
             ("kube-scheduler", &pki::SCHEDULER, &bin.kube_scheduler),
         ] {
             let kubeconfig = self.dir.join(format!("{}.kubeconfig", id.file_stem));
-            self.write_kubeconfig(&kubeconfig, &server, &pki, id)?;
+            write_kubeconfig(&kubeconfig, &server, &pki, id)?;
             let args = if name == "kube-controller-manager" {
                 controller_manager_args(&pki, &kubeconfig, &self.dir, free_port()?)
             } else {
@@ -313,7 +313,7 @@ impl LocalCluster {
         }
 
         let kwok_kubeconfig = self.dir.join("kwok.kubeconfig");
-        self.write_kubeconfig(&kwok_kubeconfig, &server, &pki, &pki::KWOK)?;
+        write_kubeconfig(&kwok_kubeconfig, &server, &pki, &pki::KWOK)?;
         let stages = self.dir.join("kwok-stages.yaml");
         write_kwok_stages(&bin.kwok_module_dir, &stages)?;
         let kwok_args = vec![
@@ -360,11 +360,6 @@ impl LocalCluster {
             message: e.to_string(),
         })?;
         std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
-    }
-
-    fn write_kubeconfig(&self, path: &Path, server: &str, pki: &Pki, id: &Identity) -> Result<()> {
-        let text = kubeconfig_yaml(server, &pki.ca_cert(), &pki.client_cert(id), &pki.client_key(id));
-        std::fs::write(path, text).map_err(|e| Error::io(path, e))
     }
 
     /// Stops one component and starts it again with the same arguments, as an outage would;
@@ -602,7 +597,13 @@ fn write_kwok_stages(kwok_module: &Path, dest: &Path) -> Result<()> {
     std::fs::write(dest, all).map_err(|e| Error::io(dest, e))
 }
 
-pub(crate) fn kubeconfig_yaml(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {
+/// A kubeconfig at `path` for `id`, with the certificate files `pki` holds for it.
+pub(crate) fn write_kubeconfig(path: &Path, server: &str, pki: &Pki, id: &Identity) -> Result<()> {
+    let text = kubeconfig_yaml(server, &pki.ca_cert(), &pki.client_cert(id), &pki.client_key(id));
+    std::fs::write(path, text).map_err(|e| Error::io(path, e))
+}
+
+fn kubeconfig_yaml(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {
     format!(
         "apiVersion: v1
 kind: Config

@@ -23,7 +23,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::cluster::{SERVICE_CIDR, wait_for};
+use crate::cluster::{SERVICE_CIDR, wait_for, write_kubeconfig};
 use crate::error::{Error, Result};
 use crate::image;
 use crate::pki::{self, Identity, Pki};
@@ -150,11 +150,14 @@ impl RealNode {
 
     /// Starts the node's processes beside a running cluster and returns once the Node is Ready.
     /// `server` is the apiserver's loopback URL.
-    pub async fn up(&self, pki: &Pki, server: &str, client: &kube::Client, bin: &NodeBinaries) -> Result<()> {
-        let problems = preflight();
-        if !problems.is_empty() {
-            return Err(Error::Preflight(problems));
-        }
+    /// [`preflight`] is the caller's, before the binaries are built.
+    pub(crate) async fn up(
+        &self,
+        pki: &Pki,
+        server: &str,
+        client: &kube::Client,
+        bin: &NodeBinaries,
+    ) -> Result<()> {
         let apiserver_port: u16 = server
             .rsplit(':')
             .next()
@@ -256,9 +259,11 @@ impl RealNode {
         // Pods reach the apiserver as the `kubernetes` Service (10.0.0.1:443): kube-proxy
         // sends that to the endpoint below, the node address at the apiserver's port, where
         // socat relays to the apiserver on loopback, which stays off every other interface.
+        let socat =
+            which("socat").ok_or_else(|| Error::Preflight(vec!["`socat`: install Debian's socat".into()]))?;
         let forwarder = Component::start(
             "apiserver-forwarder",
-            Path::new("/usr/bin/socat"),
+            &socat,
             &[
                 format!("TCP-LISTEN:{apiserver_port},bind={NODE_IP},reuseaddr,fork"),
                 format!("TCP:127.0.0.1:{apiserver_port}"),
@@ -282,10 +287,7 @@ impl RealNode {
             },
         )
         .await?;
-        let _ = Command::new("iptables")
-            .args(["-D", "FORWARD", "-j", GUARD_CHAIN])
-            .output();
-        run(Command::new("iptables").args(["-I", "FORWARD", "1", "-j", GUARD_CHAIN]))?;
+        put_guard_first()?;
 
         let nodes: Api<Node> = Api::all(client.clone());
         wait_for(
@@ -304,14 +306,13 @@ impl RealNode {
         .await
     }
 
-    /// The Pod bridge with the node address, and the guard that drops whatever would be
-    /// forwarded out of the node's bridges.
+    /// The Pod bridge with the node address (new: `up` refuses an existing one), and the guard
+    /// that drops whatever would be forwarded out of the node's bridges.
     fn network(&self) -> Result<()> {
         run(Command::new("ip").args(["link", "add", BRIDGE, "type", "bridge"]))?;
-        let _ = Command::new("ip")
-            .args(["addr", "add", &format!("{NODE_IP}/16"), "dev", BRIDGE])
-            .output();
+        run(Command::new("ip").args(["addr", "add", &format!("{NODE_IP}/16"), "dev", BRIDGE]))?;
         run(Command::new("ip").args(["link", "set", BRIDGE, "up"]))?;
+        // A chain left by a `down` that failed is emptied and used again.
         let _ = Command::new("iptables").args(["-N", GUARD_CHAIN]).output();
         run(Command::new("iptables").args(["-F", GUARD_CHAIN]))?;
         for iface in [BRIDGE, "br-+"] {
@@ -327,40 +328,23 @@ impl RealNode {
                 "DROP",
             ]))?;
         }
-        let jump = ["FORWARD", "-j", GUARD_CHAIN];
-        let present = Command::new("iptables")
-            .arg("-C")
-            .args(jump)
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !present {
-            run(Command::new("iptables").args(["-I", "FORWARD", "1", "-j", GUARD_CHAIN]))?;
-        }
-        Ok(())
+        put_guard_first()
     }
 
     /// Certificates and kubeconfigs of the kubelet, kube-proxy and Multus.
     fn identities(&self, pki: &Pki, server: &str) -> Result<Identities> {
-        let mut kubeconfigs = Vec::new();
-        for id in [&pki::KUBELET, &pki::KUBE_PROXY, &MULTUS] {
+        let kubeconfig = |id: &Identity| -> Result<PathBuf> {
             pki.add_client(id)?;
             let path = self.dir.join(format!("{}.kubeconfig", id.file_stem));
-            let text = crate::cluster::kubeconfig_yaml(
-                server,
-                &pki.ca_cert(),
-                &pki.client_cert(id),
-                &pki.client_key(id),
-            );
-            std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
-            kubeconfigs.push(path);
-        }
+            write_kubeconfig(&path, server, pki, id)?;
+            Ok(path)
+        };
         let (serving_cert, serving_key) =
             pki.add_serving("kubelet-serving", NODE_NAME, IpAddr::V4(NODE_IP))?;
-        let mut kubeconfigs = kubeconfigs.into_iter();
         Ok(Identities {
-            kubelet_kubeconfig: kubeconfigs.next().expect("three"),
-            kube_proxy_kubeconfig: kubeconfigs.next().expect("three"),
-            multus_kubeconfig: kubeconfigs.next().expect("three"),
+            kubelet_kubeconfig: kubeconfig(&pki::KUBELET)?,
+            kube_proxy_kubeconfig: kubeconfig(&pki::KUBE_PROXY)?,
+            multus_kubeconfig: kubeconfig(&MULTUS)?,
             serving_cert,
             serving_key,
         })
@@ -539,6 +523,17 @@ struct Identities {
 }
 
 const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+
+/// Makes the jump to the guard the first rule of FORWARD, and the only jump to it.
+fn put_guard_first() -> Result<()> {
+    while Command::new("iptables")
+        .args(["-D", "FORWARD", "-j", GUARD_CHAIN])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {}
+    run(Command::new("iptables").args(["-I", "FORWARD", "1", "-j", GUARD_CHAIN]))?;
+    Ok(())
+}
 
 /// What this machine lacks to run a real node, each with what to do; empty when nothing.
 pub fn preflight() -> Vec<String> {

@@ -250,19 +250,7 @@ fn free_port() -> Result<u16> {
 /// is being written, and the benchmark runs the other contenders until it lands.
 fn build_ours() -> Result<Option<PathBuf>> {
     println!("== building sample-operator (release)");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--quiet", "-p", "sample-operator"])
-        .current_dir(paths::repo_root())
-        .status()
-        .context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build --release -p sample-operator failed");
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| paths::repo_root().join("target"));
-    let binary = target.join("release/sample-operator");
+    let binary = crate::cargo_build::operator("release", true)?;
     let has_run = Command::new(&binary)
         .args(["run", "--help"])
         .output()
