@@ -83,7 +83,7 @@ impl Demo {
 pub async fn run(cluster: &LocalCluster) -> Result<()> {
     println!("== starting the local cluster (the first run builds Kubernetes from Go modules)");
     // With root and the kernel features it needs, a real node too, for the last scene.
-    let problems = local_cluster::node::preflight();
+    let problems = local_cluster::node::preflight(cluster.dir());
     let options = local_cluster::UpOptions {
         real_node: problems.is_empty(),
         ..Default::default()

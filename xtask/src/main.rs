@@ -312,7 +312,7 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
     println!("== local cluster");
     // The real node's tests need root and a few kernel features; where they are missing the
     // tests say so and skip, and this says why up front.
-    let problems = local_cluster::node::preflight();
+    let problems = local_cluster::node::preflight(cluster.dir());
     let real_node = problems.is_empty();
     let node_was_running = cluster.node().is_running();
     if !real_node {
@@ -360,14 +360,35 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
     };
     step_with_env("tests", &args, env)?;
     if real_node && !node_was_running {
-        println!("== the real node's down leaves nothing behind, and it joins a running cluster again");
+        println!(
+            "== the real node's down leaves nothing behind, also after its processes were killed, \
+             and it joins a running cluster again"
+        );
         runtime.block_on(async {
+            kill_real_node(cluster)?;
             remove_real_node(cluster).await?;
             cluster.up_with(options).await?;
             remove_real_node(cluster).await
         })?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Kills the real node's processes as a killed run or a crashed machine leaves them: no
+/// chance to clean up, the containers' shims and processes still running.
+fn kill_real_node(cluster: &LocalCluster) -> Result<()> {
+    let state = cluster.node().state().context("the real node's record")?;
+    for component in &state.components {
+        if component.is_running() {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(component.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .with_context(|| format!("killing {}", component.name))?;
+        }
+    }
+    println!("killed {} of the node's processes", state.components.len());
+    Ok(())
 }
 
 /// Stops the real node this run started, twice (the second must find nothing to do), and

@@ -35,7 +35,7 @@ fn the_demo_runs_every_scene() {
     }
     // The real-node scene, where this machine can run one: the chart's Pods and a Pod's net1
     // in the Network's prefix.
-    if local_cluster::node::preflight().is_empty() {
+    if local_cluster::node::preflight(local_cluster::LocalCluster::default().dir()).is_empty() {
         for shown in ["demo-sample-operator-", "real-node-0", "inet 10.99.0."] {
             assert!(
                 stdout.contains(shown),

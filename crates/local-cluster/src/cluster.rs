@@ -147,7 +147,7 @@ impl LocalCluster {
                 message: e.to_string(),
             })??;
         let node_binaries = if options.real_node {
-            let problems = crate::node::preflight();
+            let problems = crate::node::preflight(&self.dir);
             if !problems.is_empty() {
                 return Err(Error::Preflight(problems));
             }

@@ -164,12 +164,17 @@ impl RealNode {
             .and_then(|p| p.parse().ok())
             .ok_or_else(|| Error::Node(format!("no port in {server}")))?;
         // Its names and addresses are fixed: one real node per machine.
-        if Path::new("/sys/class/net").join(BRIDGE).exists() {
-            return Err(Error::Node(format!(
-                "the bridge {BRIDGE} exists already: another checkout's real node runs on this \
-                 machine (stop it with `cargo xtask cluster down` there), or one was left behind \
-                 (`ip link delete {BRIDGE}`)"
-            )));
+        match holder() {
+            Holder::Free => {}
+            Holder::Stale(dir) => {
+                eprintln!(
+                    "real node: clearing the one {} left behind (none of its processes runs)",
+                    dir.display()
+                );
+                RealNode { dir }.down()?;
+            }
+            Holder::Live(dir) => return Err(Error::Node(live_elsewhere(&dir))),
+            Holder::Unrecorded(dir) => return Err(Error::Node(unrecorded(dir.as_deref()))),
         }
         std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         let mut state = NodeState {
@@ -310,6 +315,12 @@ impl RealNode {
     /// that drops whatever would be forwarded out of the node's bridges.
     fn network(&self) -> Result<()> {
         run(Command::new("ip").args(["link", "add", BRIDGE, "type", "bridge"]))?;
+        // The bridge names its node's folder, so that another checkout can find the record of
+        // a node whose run was killed, and clear it.
+        let dir = std::fs::canonicalize(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        run(Command::new("ip")
+            .args(["link", "set", "dev", BRIDGE, "alias"])
+            .arg(format!("{HOLDER_PREFIX}{}", dir.display())))?;
         run(Command::new("ip").args(["addr", "add", &format!("{NODE_IP}/16"), "dev", BRIDGE]))?;
         run(Command::new("ip").args(["link", "set", BRIDGE, "up"]))?;
         // A chain left by a `down` that failed is emptied and used again.
@@ -535,9 +546,83 @@ fn put_guard_first() -> Result<()> {
     Ok(())
 }
 
-/// What this machine lacks to run a real node, each with what to do; empty when nothing.
-pub fn preflight() -> Vec<String> {
+/// The start of the node bridge's alias; the node's folder follows.
+const HOLDER_PREFIX: &str = "sample-operator real node: ";
+
+/// Who holds this machine's one real node, by the node bridge.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// No node bridge.
+    Free,
+    /// A node none of whose processes runs (its run was killed): its record can clear it.
+    Stale(PathBuf),
+    /// A node with processes running, from this folder.
+    Live(PathBuf),
+    /// A bridge with no record to clear it by: made by an older version, or its folder is gone.
+    Unrecorded(Option<PathBuf>),
+}
+
+pub fn holder() -> Holder {
+    let link = Path::new("/sys/class/net").join(BRIDGE);
+    if !link.exists() {
+        return Holder::Free;
+    }
+    let alias = std::fs::read_to_string(link.join("ifalias")).unwrap_or_default();
+    judge_holder(&alias, |dir| {
+        RealNode { dir: dir.to_owned() }
+            .state()
+            .map(|state| state.components.iter().any(Component::is_running))
+    })
+}
+
+/// The holder named by a node bridge's `alias`; `running` says whether a node folder's record
+/// has a process running (`None`: no record).
+fn judge_holder(alias: &str, running: impl Fn(&Path) -> Option<bool>) -> Holder {
+    let Some(dir) = alias
+        .trim_end_matches('\n')
+        .strip_prefix(HOLDER_PREFIX)
+        .map(PathBuf::from)
+    else {
+        return Holder::Unrecorded(None);
+    };
+    match running(&dir) {
+        Some(true) => Holder::Live(dir),
+        Some(false) => Holder::Stale(dir),
+        None => Holder::Unrecorded(Some(dir)),
+    }
+}
+
+fn live_elsewhere(dir: &Path) -> String {
+    format!(
+        "another real node runs on this machine, from {}: stop it with `cargo xtask cluster down` \
+         in that checkout (one node per machine: its bridge, address and ports are fixed)",
+        dir.display()
+    )
+}
+
+fn unrecorded(dir: Option<&Path>) -> String {
+    let whose = match dir {
+        Some(dir) => format!("made by {}, whose record is gone", dir.display()),
+        None => "with no record of who made it".to_owned(),
+    };
+    format!(
+        "the bridge {BRIDGE} exists, {whose}: nothing here can tell what else that node left; \
+         remove it by hand (`ip link delete {BRIDGE}`, the `{GUARD_CHAIN}` and KUBE-* iptables \
+         chains, mounts under its folder)"
+    )
+}
+
+/// What keeps this machine from running a real node for the cluster in `cluster_dir`, each
+/// with what to do; empty when nothing.
+pub fn preflight(cluster_dir: &Path) -> Vec<String> {
     let mut missing = Vec::new();
+    let own = std::fs::canonicalize(cluster_dir.join("node")).ok();
+    match holder() {
+        Holder::Live(dir) if Some(&dir) != own.as_ref() => missing.push(live_elsewhere(&dir)),
+        Holder::Unrecorded(dir) => missing.push(unrecorded(dir.as_deref())),
+        // A stale node is cleared by `up`.
+        _ => {}
+    }
     if !nix::unistd::geteuid().is_root() {
         missing.push("root: containerd, the kubelet and the CNI plugins make namespaces, mounts, cgroups and links (run as root)".into());
     }
@@ -1067,6 +1152,28 @@ mod tests {
         assert!(!is_our_link("br-lan"));
         assert!(!is_our_link("eth0"));
         assert!(!is_our_link("docker0"));
+    }
+
+    #[test]
+    fn the_bridge_alias_names_the_holder() {
+        let dir = Path::new("/src/other/.cluster/node");
+        let alias = format!("{HOLDER_PREFIX}{}\n", dir.display());
+        assert_eq!(judge_holder(&alias, |_| Some(true)), Holder::Live(dir.into()));
+        assert_eq!(judge_holder(&alias, |_| Some(false)), Holder::Stale(dir.into()));
+        assert_eq!(
+            judge_holder(&alias, |_| None),
+            Holder::Unrecorded(Some(dir.into()))
+        );
+        // An older version's bridge has no alias.
+        assert_eq!(judge_holder("", |_| Some(false)), Holder::Unrecorded(None));
+        assert_eq!(judge_holder("\n", |_| Some(false)), Holder::Unrecorded(None));
+        // The record asked about is the alias's folder, spaces and all.
+        let spaced = format!("{HOLDER_PREFIX}/a b/.cluster/node\n");
+        assert_eq!(
+            judge_holder(&spaced, |d| (d == Path::new("/a b/.cluster/node"))
+                .then_some(false)),
+            Holder::Stale("/a b/.cluster/node".into())
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ fn real_node() -> bool {
     if LocalCluster::default().node().is_running() {
         return true;
     }
-    let problems = local_cluster::node::preflight();
+    let problems = local_cluster::node::preflight(LocalCluster::default().dir());
     let why = if problems.is_empty() {
         "no real node runs; start one with `cargo xtask cluster up --real-node`".to_owned()
     } else {
