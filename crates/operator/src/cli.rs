@@ -17,7 +17,7 @@ use crate::network::backend::neutron::client::CloudSource;
 use crate::runtime::Telemetry;
 use crate::runtime::leader::{LeaseConfig, Outcome};
 use crate::runtime::requests::RequestCounter;
-use crate::runtime::watch::InitialList;
+use crate::runtime::watch::InitialListChoice;
 use crate::{ControllerName, RunConfig};
 
 #[derive(Parser, Debug)]
@@ -86,11 +86,12 @@ pub struct RunArgs {
     /// instead of their metadata, to measure the memory the metadata-only watch saves.
     #[arg(long, hide = true)]
     pub measure_full_pod_watch: bool,
-    /// How each watch fetches its first list: `list` (paged LIST requests, then a watch) or
+    /// How each watch fetches its first list: `list` (paged LIST requests, then a watch),
     /// `stream` (one watch that streams the current objects first: Kubernetes' WatchList, on
-    /// by default from 1.34).
-    #[arg(long, env = "SAMPLE_OPERATOR_INITIAL_LIST", value_enum, default_value_t = InitialList::List)]
-    pub initial_list: InitialList,
+    /// by default from 1.34), or `auto`: `stream` where the API server serves it, asked once at
+    /// start, else `list`.
+    #[arg(long, env = "SAMPLE_OPERATOR_INITIAL_LIST", value_enum, default_value_t = InitialListChoice::Auto)]
+    pub initial_list: InitialListChoice,
     /// Address of the HTTP server for /metrics, /healthz and /readyz.
     #[arg(long, env = "SAMPLE_OPERATOR_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]
     pub http_address: SocketAddr,
@@ -327,10 +328,13 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         } else {
             crate::my_custom_resource::PodWatch::Metadata
         },
-        initial_list: args.initial_list,
         ..RunConfig::default()
     };
     preflight(&client, &run, &server).await?;
+    let run = RunConfig {
+        initial_list: initial_list(&client, &run, args.initial_list, &server).await?,
+        ..run
+    };
     let run = RunConfig {
         network_backend: args.network_backend.config(&client).await?,
         ..run
@@ -339,7 +343,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     // as the one line of `fail`, not interleaved with the client's own error logs.
     init_logging(&args);
     telemetry.health.synced(STARTUP_CHECKS);
-    tracing::info!(%server, %address, controllers = ?run.controllers, namespace = run.namespace.as_deref().unwrap_or("(all)"), "starting; serving /metrics, /healthz and /readyz");
+    tracing::info!(%server, %address, controllers = ?run.controllers, initial_list = ?run.initial_list, namespace = run.namespace.as_deref().unwrap_or("(all)"), "starting; serving /metrics, /healthz and /readyz");
 
     let drain = Duration::from_secs(args.drain_seconds);
     let outcome = if args.leader_election.leader_elect {
@@ -439,6 +443,37 @@ async fn preflight(client: &kube::Client, run: &RunConfig, server: &str) -> Resu
     Ok(())
 }
 
+/// The way every watch fetches its first list: `choice`, with `auto` asked of the API server
+/// on the first controller's resource (the one kind the operator may surely watch).
+async fn initial_list(
+    client: &kube::Client,
+    run: &RunConfig,
+    choice: InitialListChoice,
+    server: &str,
+) -> Result<crate::runtime::watch::InitialList, String> {
+    use sample_operator_api::{ExampleFoo, Foo, MyCustomResource, Network};
+    let result = match run.controllers.first() {
+        Some(ControllerName::Network) => choice.resolve(&scoped::<Network>(client, run)).await,
+        Some(ControllerName::FooExample) => choice.resolve(&scoped::<ExampleFoo>(client, run)).await,
+        Some(ControllerName::MyCustomResource) => {
+            choice.resolve(&scoped::<MyCustomResource>(client, run)).await
+        }
+        Some(ControllerName::Foo) | None => choice.resolve(&scoped::<Foo>(client, run)).await,
+    };
+    result.map_err(|e| format!("cannot ask {server} whether it streams lists: {e}"))
+}
+
+/// `K`'s objects in the watched namespace, or in all.
+fn scoped<K>(client: &kube::Client, run: &RunConfig) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match &run.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
 async fn probe<K>(client: &kube::Client, run: &RunConfig) -> Result<(), kube::Error>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -446,11 +481,8 @@ where
         + Clone
         + std::fmt::Debug,
 {
-    let api: Api<K> = match &run.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    api.list_metadata(&ListParams::default().limit(1))
+    scoped::<K>(client, run)
+        .list_metadata(&ListParams::default().limit(1))
         .await
         .map(|_| ())
 }

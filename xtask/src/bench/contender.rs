@@ -27,7 +27,8 @@ pub const RATE_LIMITED_CAP: usize = 1000;
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Contender {
-    /// Our operator: `sample-operator run`, release build.
+    /// Our operator: `sample-operator run --initial-list=list`, release build: paged lists, as
+    /// it ran before `auto` (which streams on this apiserver, as the next row) was its default.
     Ours,
     /// Ours with `--initial-list=stream`: every watch's first list streamed (WatchList).
     OursStreaming,
@@ -219,8 +220,10 @@ impl Contenders {
                 ],
             ),
         };
-        if contender == Contender::OursStreaming {
-            args.push("--initial-list=stream".into());
+        match contender {
+            Contender::Ours => args.push("--initial-list=list".into()),
+            Contender::OursStreaming => args.push("--initial-list=stream".into()),
+            _ => {}
         }
         let name = format!("{contender:?}").to_lowercase();
         let from = std::fs::metadata(logs.join(format!("{name}.log"))).map_or(0, |m| m.len());

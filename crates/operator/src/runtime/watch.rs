@@ -11,7 +11,7 @@ use std::fmt::Debug;
 
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use kube::api::Api;
+use kube::api::{Api, WatchEvent, WatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{Predicate, WatchStreamExt};
@@ -41,6 +41,74 @@ impl InitialList {
             InitialList::Stream => selection.streaming_lists(),
         }
     }
+}
+
+/// `--initial-list`: a way, or `auto`, which streams where the API server serves streaming
+/// lists and pages elsewhere (WatchList is off by default in Kubernetes 1.33 and before 1.32,
+/// and can be turned off; kube-runtime's watcher does not fall back by itself, it would retry
+/// the refused watch forever).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum InitialListChoice {
+    #[default]
+    Auto,
+    List,
+    Stream,
+}
+
+impl InitialListChoice {
+    /// The way to use, asking the API server through `api` when `auto`.
+    pub async fn resolve<K>(self, api: &Api<K>) -> Result<InitialList, kube::Error>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    {
+        Ok(match self {
+            InitialListChoice::List => InitialList::List,
+            InitialListChoice::Stream => InitialList::Stream,
+            InitialListChoice::Auto if serves_streaming_lists(api).await? => InitialList::Stream,
+            InitialListChoice::Auto => InitialList::List,
+        })
+    }
+}
+
+/// The annotation on the bookmark that ends a streamed list's initial events.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// Whether the API server streams lists of `api`'s kind: asks for a streamed list that matches
+/// no object, which a server that serves them ends with the bookmark marking the end of the
+/// initial events. A server that refuses the parameters (a 4xx), reports an error in the
+/// stream, or ends the watch without that bookmark does not.
+pub async fn serves_streaming_lists<K>(api: &Api<K>) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let params = WatchParams::streaming_lists()
+        .labels("sample-operator.local/streaming-list-probe in (none)")
+        // A server that ignores the parameters sends nothing and ends the watch at this.
+        .timeout(5);
+    let stream = match api.watch(&params, "0").await {
+        Ok(stream) => stream,
+        Err(kube::Error::Api(status)) if (400..500).contains(&status.code) && status.code != 403 => {
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.try_next().await? {
+        match event {
+            WatchEvent::Bookmark(bookmark)
+                if bookmark
+                    .metadata
+                    .annotations
+                    .get(INITIAL_EVENTS_END)
+                    .is_some_and(|v| v == "true") =>
+            {
+                return Ok(true);
+            }
+            WatchEvent::Error(_) => return Ok(false),
+            _ => {}
+        }
+    }
+    Ok(false)
 }
 
 /// Whether a watch has delivered its first complete list into its cache. Any number of tasks
@@ -172,6 +240,61 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use std::time::Duration;
+
+    /// A client whose API server answers every request with `status` and `body`, after
+    /// checking that it is the streamed-list probe.
+    fn answering(status: u16, body: &'static str) -> kube::Client {
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| async move {
+            let query = request.uri().query().unwrap_or_default().to_owned();
+            assert!(query.contains("watch=true"), "{query}");
+            assert!(query.contains("sendInitialEvents=true"), "{query}");
+            assert!(query.contains("resourceVersionMatch=NotOlderThan"), "{query}");
+            assert!(query.contains("allowWatchBookmarks=true"), "{query}");
+            assert!(query.contains("labelSelector="), "{query}");
+            http::Response::builder()
+                .status(status)
+                .body(kube::client::Body::from(body.as_bytes().to_vec()))
+        });
+        kube::Client::new(service, "default")
+    }
+
+    async fn served(status: u16, body: &'static str) -> Result<bool, kube::Error> {
+        serves_streaming_lists(&Api::<ConfigMap>::all(answering(status, body))).await
+    }
+
+    #[tokio::test]
+    async fn a_server_that_ends_the_initial_events_serves_streaming_lists() {
+        let events = concat!(
+            r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"7","annotations":{"k8s.io/initial-events-end":"true"}}}}"#,
+            "\n"
+        );
+        assert!(served(200, events).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_server_that_refuses_or_ignores_the_parameters_does_not() {
+        // 1.33 and before 1.32 by default: the parameters are invalid there.
+        let invalid = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled","reason":"Invalid","code":422}"#;
+        assert!(!served(422, invalid).await.unwrap());
+        // A server that does not know them watches as before: a bookmark, but not the one
+        // that ends initial events, and the watch ends at its timeout.
+        let plain = concat!(
+            r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"7"}}}"#,
+            "\n"
+        );
+        assert!(!served(200, plain).await.unwrap());
+        let error = concat!(
+            r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old","reason":"Expired","code":410}}"#,
+            "\n"
+        );
+        assert!(!served(200, error).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_forbidden_watch_is_an_error_not_an_answer() {
+        let forbidden = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"configmaps is forbidden","reason":"Forbidden","code":403}"#;
+        assert!(served(403, forbidden).await.is_err());
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_waiter_wakes_once_the_first_list_is_in() {

@@ -347,6 +347,13 @@ async fn probes_and_metrics_report_what_happens() {
         serde_json::from_str::<serde_json::Value>(first).is_ok(),
         "not JSON: {first}"
     );
+    // `--initial-list=auto`, the default, found that this API server (1.36) streams lists;
+    // the probe's watch is allowed to the ServiceAccount too.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("starting; serving") && l.contains(r#""initial_list":"Stream""#)),
+        "{log}"
+    );
 
     operator.signal(Signal::SIGTERM);
     assert!(
