@@ -231,7 +231,12 @@ impl RealNode {
             "containerd to listen",
             Duration::from_secs(30),
             &state.components,
-            || async { Ok(socket.exists().then_some(())) },
+            // Connecting, not the file: a killed containerd leaves its socket behind.
+            || async {
+                Ok(std::os::unix::net::UnixStream::connect(&socket)
+                    .is_ok()
+                    .then_some(()))
+            },
         )
         .await?;
         // Every Pod's sandbox runs the pause image, so it is there before the kubelet is.
