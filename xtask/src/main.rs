@@ -378,16 +378,15 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
 /// chance to clean up, the containers' shims and processes still running.
 fn kill_real_node(cluster: &LocalCluster) -> Result<()> {
     let state = cluster.node().state().context("the real node's record")?;
-    for component in &state.components {
-        if component.is_running() {
-            nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(component.pid),
-                nix::sys::signal::Signal::SIGKILL,
-            )
-            .with_context(|| format!("killing {}", component.name))?;
-        }
+    let running: Vec<_> = state.components.iter().filter(|c| c.is_running()).collect();
+    for component in &running {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(component.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .with_context(|| format!("killing {}", component.name))?;
     }
-    println!("killed {} of the node's processes", state.components.len());
+    println!("killed the node's {} running processes", running.len());
     Ok(())
 }
 

@@ -316,8 +316,8 @@ impl RealNode {
         .await
     }
 
-    /// The Pod bridge with the node address (new: `up` refuses an existing one), and the guard
-    /// that drops whatever would be forwarded out of the node's bridges.
+    /// The Pod bridge with the node address (new: `up` has cleared or refused an existing one),
+    /// and the guard that drops whatever would be forwarded out of the node's bridges.
     fn network(&self) -> Result<()> {
         run(Command::new("ip").args(["link", "add", BRIDGE, "type", "bridge"]))?;
         // The bridge names its node's folder, so that another checkout can find the record of
