@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::FIELD_MANAGER;
+use super::watch::drop_managed_fields;
 
 /// By object: the resourceVersion a write replaced, and the object it returned.
 type Writes<K> = HashMap<ObjectRef<K>, (String, Arc<K>)>;
@@ -83,7 +84,7 @@ where
                 &Patch::Apply(&patch),
             )
             .await?;
-        written.managed_fields_mut().clear();
+        drop_managed_fields(&mut written);
         self.record(obj, written);
         Ok(())
     }
