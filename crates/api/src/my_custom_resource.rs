@@ -50,11 +50,7 @@ pub struct MyCustomResourceStatus {
     )]
     pub observed_generation: Option<i64>,
     /// Conditions of the resource; `Ready` mirrors `Healthy` with a reason.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "crate::conditions::deserialize"
-    )]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 }

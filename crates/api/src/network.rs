@@ -109,11 +109,7 @@ pub struct NetworkStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendReference>,
     /// Conditions of the Network; `Ready` says whether it is synced to the backend.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "crate::conditions::deserialize"
-    )]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 }

@@ -164,25 +164,12 @@ impl Resource for CachedDeployment {
 impl CachedDeployment {
     /// Drops what the controller never reads but the apiserver sends in the metadata: managed
     /// fields and annotations (the Deployment controller's revision, `kubectl`'s last applied
-    /// configuration); moves the labels to `labels`; frees the spare room serde leaves in lists
-    /// (a list of one owner reference is read into room for four, about 330 bytes unused).
+    /// configuration); moves the labels to `labels`.
     fn trim(&mut self) {
         self.metadata.managed_fields = None;
         self.metadata.annotations = None;
         if let Some(labels) = self.metadata.labels.take() {
             self.labels = Some(labels).into();
-        }
-        if let Some(owners) = &mut self.metadata.owner_references {
-            owners.shrink_to_fit();
-        }
-        if let Some(finalizers) = &mut self.metadata.finalizers {
-            finalizers.shrink_to_fit();
-        }
-        if let Some(spec) = &mut self.spec {
-            spec.template.spec.containers.shrink_to_fit();
-            if let Some(expressions) = &mut spec.selector.match_expressions {
-                expressions.shrink_to_fit();
-            }
         }
     }
 }
@@ -288,9 +275,6 @@ mod tests {
         );
         assert_eq!(spec.selector.match_labels.get("app").unwrap(), "nginx");
         assert_eq!(spec.template.metadata.labels.get("app").unwrap(), "nginx");
-        // Lists keep no spare room (serde reads a list of one into room for four).
-        assert_eq!(read.metadata.owner_references.as_ref().unwrap().capacity(), 1);
-        assert_eq!(spec.template.spec.containers.capacity(), 1);
     }
 
     #[test]

@@ -181,7 +181,7 @@ pub fn wiring_selected(shared: &Shared, selection: watcher::Config) -> Wiring<Ne
         shared.api::<NetworkAttachmentDefinition>(),
         "network-attachment-definitions",
         watcher::Config::default().labels(&multus::selector()),
-        crate::runtime::watch::drop_managed_fields::<NetworkAttachmentDefinition>,
+        |nad: &mut NetworkAttachmentDefinition| nad.managed_fields_mut().clear(),
         crate::runtime::watch::no_index,
     );
     Wiring {

@@ -18,7 +18,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::FIELD_MANAGER;
-use super::watch::drop_managed_fields;
 
 /// By object: the resourceVersion a write replaced, and the object it returned.
 type Writes<K> = HashMap<ObjectRef<K>, (String, Arc<K>)>;
@@ -84,7 +83,7 @@ where
                 &Patch::Apply(&patch),
             )
             .await?;
-        drop_managed_fields(&mut written);
+        written.managed_fields_mut().clear();
         self.record(obj, written);
         Ok(())
     }
