@@ -584,7 +584,8 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
         "## How these numbers were taken\n\n\
          - {date}, on {machine}. Kubernetes {k8s} (etcd and kube-apiserver only: no controller-manager, \
          scheduler or kwok, so no Pods and `availableReplicas` stays 0), {go}. {repeats} run(s) per contender, \
-         scenario and size, alternating between contenders.\n\
+         scenario and size (one for the steady state and for sizes from {large} up, each of which takes many \
+         minutes), alternating between contenders.\n\
          - Our operator runs as `sample-operator run --kubeconfig PATH --controllers=foo` (release build, otherwise with \
          its defaults: the peers run a Foo controller only); sample-controller as \
          `sample-controller -kubeconfig PATH` with its defaults, controller-runtime-foo with controller-runtime's \
@@ -611,6 +612,7 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
         k8s = meta.kubernetes_version,
         go = meta.go_version,
         repeats = meta.repeats,
+        large = super::LARGE_N,
         conc = meta.concurrency,
         cap = meta.rate_limited_cap,
     );
