@@ -35,10 +35,15 @@ pub enum Preset {
     Quick,
 }
 
-/// Sizes from this one up run once, whatever `--repeats` says: a run takes many minutes. So
-/// does the steady state, whose numbers (writes and CPU in a quiet window) do not vary from run
-/// to run the way converge times do.
+/// Sizes from this one up run once, whatever `--repeats` says (see [`runs_once`]).
 const LARGE_N: usize = 50_000;
+
+/// Whether a scenario at this size is taken once, whatever `--repeats` says: from LARGE_N up a
+/// run takes many minutes, and the steady state's numbers (writes and CPU in a quiet window) do
+/// not vary from run to run the way converge times do.
+fn runs_once(scenario: Scenario, n: usize) -> bool {
+    n >= LARGE_N || scenario == Scenario::Steady
+}
 
 /// The peers at their defaults stop at this size (the tuned ones go on): their single worker,
 /// or rate limit, would take hours over 100,000 Foos.
@@ -364,7 +369,7 @@ fn plan(args: &BenchArgs) -> Vec<RunSpec> {
                 .filter(|c| scenario.includes(*c))
                 .collect();
             for &n in &sizes {
-                if (n >= LARGE_N || scenario == Scenario::Steady) && repeat > 0 {
+                if repeat > 0 && runs_once(scenario, n) {
                     continue;
                 }
                 for offset in 0..contenders.len() {

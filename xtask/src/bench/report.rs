@@ -631,7 +631,8 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
             let list: Vec<String> = several.iter().map(|c| format!("`{c}`")).collect();
             let _ = writeln!(
                 md,
-                "- Taken in {} sittings (`--resume`); our operator at commits {}.",
+                "- Taken in sittings (`--resume`), with the repository at these {} commits (our operator built \
+                 from each): {}.",
                 several.len(),
                 list.join(", ")
             );
