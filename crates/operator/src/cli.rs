@@ -7,17 +7,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, CustomResourceExt};
 
 use crate::network::BackendConfig;
 use crate::network::backend::neutron::NeutronConfig;
 use crate::network::backend::neutron::client::CloudSource;
-use crate::runtime::Telemetry;
 use crate::runtime::leader::{LeaseConfig, Outcome};
 use crate::runtime::requests::RequestCounter;
-use crate::runtime::watch::InitialListChoice;
+use crate::runtime::watch::{InitialList, InitialListChoice};
+use crate::runtime::{RuntimeConfig, Supervised, Telemetry};
 use crate::{ControllerName, RunConfig};
 
 #[derive(Parser, Debug)]
@@ -65,7 +63,7 @@ pub struct RunArgs {
     pub cluster: ClusterArgs,
     /// Controllers to run, comma-separated; foo-example (the Foo of the example.com group) runs
     /// only when named, and needs its CRD (deploy/crds/example.com/).
-    #[arg(long, env = "SAMPLE_OPERATOR_CONTROLLERS", value_delimiter = ',', default_values_t = ControllerName::DEFAULT.to_vec(), value_enum)]
+    #[arg(long, env = "SAMPLE_OPERATOR_CONTROLLERS", value_delimiter = ',', default_values_t = ControllerName::defaults(), value_enum)]
     pub controllers: Vec<ControllerName>,
     /// Watch only this namespace; all namespaces when unset.
     #[arg(long, env = "SAMPLE_OPERATOR_NAMESPACE")]
@@ -82,10 +80,6 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "SAMPLE_OPERATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
-    /// Measurement aid, not for production: the MyCustomResource controller caches whole Pods
-    /// instead of their metadata, to measure the memory the metadata-only watch saves.
-    #[arg(long, hide = true)]
-    pub measure_full_pod_watch: bool,
     /// How each watch fetches its first list: `list` (paged LIST requests, then a watch),
     /// `stream` (one watch that streams the current objects first: Kubernetes' WatchList, on
     /// by default from 1.34), or `auto`: `stream` where the API server serves it, asked once at
@@ -318,34 +312,36 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     let client = requests
         .client(config)
         .map_err(|e| format!("cannot build a client for {server}: {e}"))?;
-    let run = RunConfig {
+    let runtime = RuntimeConfig {
         namespace: args.namespace.clone(),
-        controllers: args.controllers.clone(),
         concurrency: args.concurrency,
         resync: (args.resync_seconds > 0).then(|| Duration::from_secs(args.resync_seconds)),
-        pod_watch: if args.measure_full_pod_watch {
-            crate::my_custom_resource::PodWatch::Full
-        } else {
-            crate::my_custom_resource::PodWatch::Metadata
-        },
+        ..RuntimeConfig::default()
+    };
+    preflight(&client, &args.controllers, runtime.namespace.as_deref(), &server).await?;
+    let runtime = RuntimeConfig {
+        initial_list: initial_list(&client, &args.controllers, &runtime, args.initial_list, &server).await?,
+        ..runtime
+    };
+    let mut run = RunConfig {
+        runtime,
+        controllers: args.controllers.clone(),
         ..RunConfig::default()
     };
-    preflight(&client, &run, &server).await?;
-    let run = RunConfig {
-        initial_list: initial_list(&client, &run, args.initial_list, &server).await?,
-        ..run
-    };
-    let run = RunConfig {
-        network_backend: args.network_backend.config(&client).await?,
-        ..run
-    };
+    run.network.backend = args.network_backend.config(&client).await?;
     // Logging starts once the cluster is known to be usable: until then, a failure is reported
     // as the one line of `fail`, not interleaved with the client's own error logs.
     init_logging(&args);
     telemetry.health.synced(STARTUP_CHECKS);
-    tracing::info!(%server, %address, controllers = ?run.controllers, initial_list = ?run.initial_list, namespace = run.namespace.as_deref().unwrap_or("(all)"), "starting; serving /metrics, /healthz and /readyz");
+    tracing::info!(%server, %address, controllers = ?run.controllers, initial_list = ?run.runtime.initial_list, namespace = run.runtime.namespace.as_deref().unwrap_or("(all)"), "starting; serving /metrics, /healthz and /readyz");
 
     let drain = Duration::from_secs(args.drain_seconds);
+    let instance = run.runtime.instance.clone();
+    let client_for_lease = client.clone();
+    let controllers = {
+        let telemetry = telemetry.clone();
+        move |stopped| crate::run_with(client, run, telemetry, stopped)
+    };
     let outcome = if args.leader_election.leader_elect {
         let election = &args.leader_election;
         let lease = LeaseConfig {
@@ -354,30 +350,28 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
             duration: Duration::from_secs(election.lease_duration_seconds),
             grace: Duration::from_secs(election.lease_grace_seconds),
         };
-        crate::runtime::leader::run_elected(client, run, telemetry, lease, drain, shutdown_signal())
-            .await
-            .map_err(|e| e.to_string())?
+        crate::runtime::leader::run_elected(
+            client_for_lease,
+            &instance,
+            telemetry,
+            lease,
+            drain,
+            shutdown_signal(),
+            controllers,
+        )
+        .await
+        .map_err(|e| e.to_string())?
     } else {
         // Without election this instance is the one running the controllers, as a leader is.
         telemetry
             .metrics
             .set_leader(&args.leader_election.leader_election_name, true);
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut controllers = tokio::spawn(crate::run_with(client, run, telemetry, async move {
-            let _ = stopped.await;
-        }));
+        let mut controllers = Supervised::spawn(controllers);
         tokio::select! {
             _ = shutdown_signal() => {}
-            _ = &mut controllers => {}
+            _ = controllers.ended() => {}
         }
-        let _ = stop.send(());
-        if tokio::time::timeout(drain, &mut controllers).await.is_err() {
-            tracing::warn!(
-                ?drain,
-                "reconciles still running after the drain timeout: aborting them"
-            );
-            controllers.abort();
-        }
+        controllers.drain(drain).await;
         Outcome::Stopped
     };
     let _ = stop_http.send(());
@@ -401,23 +395,20 @@ const STARTUP_CHECKS: &str = "startup checks";
 
 /// Checks that the cluster answers and every CRD the controllers need is installed, so a
 /// misconfiguration ends with one line instead of watch errors repeated forever.
-async fn preflight(client: &kube::Client, run: &RunConfig, server: &str) -> Result<(), String> {
+async fn preflight(
+    client: &kube::Client,
+    controllers: &[ControllerName],
+    namespace: Option<&str>,
+    server: &str,
+) -> Result<(), String> {
     client
         .apiserver_version()
         .await
         .map_err(|e| format!("cannot reach the API server at {server}: {e}"))?;
-    for name in &run.controllers {
-        use sample_operator_api::{ExampleFoo, Foo, MyCustomResource, Network};
-        let (kind, result) = match name {
-            ControllerName::Network => (Network::crd_name(), probe::<Network>(client, run).await),
-            ControllerName::Foo => (Foo::crd_name(), probe::<Foo>(client, run).await),
-            ControllerName::FooExample => (ExampleFoo::crd_name(), probe::<ExampleFoo>(client, run).await),
-            ControllerName::MyCustomResource => (
-                MyCustomResource::crd_name(),
-                probe::<MyCustomResource>(client, run).await,
-            ),
-        };
-        match result {
+    for controller in controllers {
+        let resource = &controller.descriptor().resource;
+        let kind = (resource.crd_name)();
+        match (resource.probe)(client.clone(), namespace.map(str::to_owned)).await {
             Ok(()) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 return Err(format!(
@@ -427,19 +418,6 @@ async fn preflight(client: &kube::Client, run: &RunConfig, server: &str) -> Resu
             Err(e) => return Err(format!("cannot list {kind} objects at {server}: {e}")),
         }
     }
-    // The Network backend's CRD belongs to Multus. Without it the controller still runs: its
-    // Networks report BackendUnavailable until the CRD is installed, then recover.
-    if run.controllers.contains(&ControllerName::Network) {
-        use crate::network::backend::multus::{self, NetworkAttachmentDefinition};
-        if let Err(kube::Error::Api(s)) = probe::<NetworkAttachmentDefinition>(client, run).await
-            && s.code == 404
-        {
-            tracing::warn!(
-                crd = multus::CRD_NAME,
-                "the NetworkAttachmentDefinition CRD is not installed: Networks report BackendUnavailable until it is"
-            );
-        }
-    }
     Ok(())
 }
 
@@ -447,44 +425,18 @@ async fn preflight(client: &kube::Client, run: &RunConfig, server: &str) -> Resu
 /// on the first controller's resource (the one kind the operator may surely watch).
 async fn initial_list(
     client: &kube::Client,
-    run: &RunConfig,
+    controllers: &[ControllerName],
+    runtime: &RuntimeConfig,
     choice: InitialListChoice,
     server: &str,
-) -> Result<crate::runtime::watch::InitialList, String> {
-    use sample_operator_api::{ExampleFoo, Foo, MyCustomResource, Network};
-    let result = match run.controllers.first() {
-        Some(ControllerName::Network) => choice.resolve(&scoped::<Network>(client, run)).await,
-        Some(ControllerName::FooExample) => choice.resolve(&scoped::<ExampleFoo>(client, run)).await,
-        Some(ControllerName::MyCustomResource) => {
-            choice.resolve(&scoped::<MyCustomResource>(client, run)).await
-        }
-        Some(ControllerName::Foo) | None => choice.resolve(&scoped::<Foo>(client, run)).await,
-    };
-    result.map_err(|e| format!("cannot ask {server} whether it streams lists: {e}"))
-}
-
-/// `K`'s objects in the watched namespace, or in all.
-fn scoped<K>(client: &kube::Client, run: &RunConfig) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match &run.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-async fn probe<K>(client: &kube::Client, run: &RunConfig) -> Result<(), kube::Error>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + serde::de::DeserializeOwned
-        + Clone
-        + std::fmt::Debug,
-{
-    scoped::<K>(client, run)
-        .list_metadata(&ListParams::default().limit(1))
+) -> Result<InitialList, String> {
+    let first = controllers.first().copied().unwrap_or(ControllerName::Foo);
+    let streams_lists = first.descriptor().resource.streams_lists;
+    let namespace = runtime.namespace.clone();
+    choice
+        .resolve(|| streams_lists(client.clone(), namespace))
         .await
-        .map(|_| ())
+        .map_err(|e| format!("cannot ask {server} whether it streams lists: {e}"))
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -3,9 +3,10 @@
 //!
 //! [`runtime`] holds everything the controllers share (the reconcile loop around kube-runtime's
 //! `Controller`, watches and readiness, status writes and events, metrics, health, leader
-//! election); each controller module holds only its domain: [`foo`] (for both groups of Foo),
-//! [`network`] and [`my_custom_resource`]. This file names the controllers and runs the
-//! selected ones until shutdown.
+//! election, the manager that runs them) and knows none of them; each controller module holds
+//! only its domain and its [`Descriptor`]: [`foo`] (for both groups of Foo), [`network`] and
+//! [`my_custom_resource`]. This file lists the controllers and runs the selected ones until
+//! shutdown.
 
 pub mod cli;
 pub mod foo;
@@ -13,95 +14,80 @@ pub mod my_custom_resource;
 pub mod network;
 pub mod runtime;
 
-use std::time::Duration;
-
 use kube::Client;
-use sample_operator_api::{ExampleFoo, Foo};
 
-use runtime::{Shared, Telemetry};
+use runtime::{Descriptor, Manager, RuntimeConfig, Telemetry};
 
-/// The controllers this operator runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
-pub enum ControllerName {
+/// Declares the controllers, one line each: the variant names them in `--controllers` (as
+/// kebab-case), and the descriptor says the rest.
+macro_rules! controllers {
+    ($($(#[doc = $doc:literal])* $variant:ident => $descriptor:path,)*) => {
+        /// The controllers this operator runs.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+        pub enum ControllerName {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl ControllerName {
+            /// What the process knows of this controller.
+            pub fn descriptor(self) -> &'static Descriptor<RunConfig> {
+                match self {
+                    $(ControllerName::$variant => &$descriptor,)*
+                }
+            }
+        }
+    };
+}
+
+controllers! {
     /// Network: syncs networks to a backend, Multus NetworkAttachmentDefinitions or OpenStack
     /// Neutron (the samplecrd tutorials).
-    Network,
+    Network => network::DESCRIPTOR,
     /// Foo (samplecontroller.k8s.io): owns an nginx Deployment (kubernetes/sample-controller).
-    Foo,
+    Foo => foo::DESCRIPTOR,
     /// Foo (example.com): the same Foo in the group of the nakamasato/sample-controller tutorial.
-    FooExample,
+    FooExample => foo::EXAMPLE_DESCRIPTOR,
     /// MyCustomResource: healthy while its friend Pod exists (kubebuilder tutorial).
-    MyCustomResource,
+    MyCustomResource => my_custom_resource::DESCRIPTOR,
 }
 
 impl ControllerName {
     /// What runs unless `--controllers` says otherwise: the controllers of the CRDs installed by
-    /// default. `foo-example` runs when asked for, where its CRD is installed.
-    pub const DEFAULT: &[ControllerName] = &[
-        ControllerName::Network,
-        ControllerName::Foo,
-        ControllerName::MyCustomResource,
-    ];
+    /// default.
+    pub fn defaults() -> Vec<ControllerName> {
+        use clap::ValueEnum;
+        ControllerName::value_variants()
+            .iter()
+            .copied()
+            .filter(|c| c.descriptor().runs_by_default)
+            .collect()
+    }
 
     /// The name in metrics, logs and readiness reports.
     pub fn label(self) -> &'static str {
-        match self {
-            ControllerName::Network => "network",
-            ControllerName::Foo => "foo",
-            ControllerName::FooExample => "foo-example",
-            ControllerName::MyCustomResource => "my-custom-resource",
-        }
+        self.descriptor().name
     }
 }
 
-/// How a run of the operator is configured.
+/// How a run of the operator is configured: what the runtime shares, which controllers run,
+/// and each controller's own settings.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// Watch one namespace only; all namespaces when `None`.
-    pub namespace: Option<String>,
+    pub runtime: RuntimeConfig,
     pub controllers: Vec<ControllerName>,
-    /// Reconciles in flight at once, per controller.
-    pub concurrency: u16,
-    /// Reconcile every object this often even without a change; `None` never.
-    pub resync: Option<Duration>,
-    /// Names this instance in events (`reportingInstance`), such as the pod name.
-    pub instance: String,
-    /// How the MyCustomResource controller watches Pods: metadata only, except when measuring
-    /// what that saves.
-    pub pod_watch: my_custom_resource::PodWatch,
-    /// Where the Network controller syncs Networks to.
-    pub network_backend: network::BackendConfig,
-    /// How every watch fetches its first list.
-    pub initial_list: runtime::watch::InitialList,
+    pub network: network::Settings,
+    pub my_custom_resource: my_custom_resource::Settings,
 }
 
 impl Default for RunConfig {
     fn default() -> Self {
         Self {
-            namespace: None,
-            controllers: ControllerName::DEFAULT.to_vec(),
-            concurrency: 16,
-            resync: None,
-            instance: default_instance(),
-            pod_watch: my_custom_resource::PodWatch::Metadata,
-            network_backend: network::BackendConfig::Multus,
-            initial_list: runtime::watch::InitialList::default(),
+            runtime: RuntimeConfig::default(),
+            controllers: ControllerName::defaults(),
+            network: network::Settings::default(),
+            my_custom_resource: my_custom_resource::Settings::default(),
         }
     }
-}
-
-/// The pod name in a cluster (`POD_NAME`, `HOSTNAME`), else the host name.
-fn default_instance() -> String {
-    std::env::var("POD_NAME")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .ok()
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_owned())
-        })
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "sample-operator".into())
 }
 
 /// Runs the configured controllers until `shutdown` completes; each then finishes the
@@ -117,47 +103,94 @@ pub async fn run_with(
     telemetry: Telemetry,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let (shared, events) = Shared::new(client, config, telemetry);
-    shared
-        .health
-        .starting(shared.config.controllers.iter().map(|c| c.label()));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
-    let mut controllers = Vec::new();
-    for name in &shared.config.controllers {
-        let (shared, stopped) = (shared.clone(), stopped());
-        controllers.push(match name {
-            ControllerName::Network => tokio::spawn(network::run_selected(
-                shared,
-                kube::runtime::watcher::Config::default(),
-                stopped,
-            )),
-            ControllerName::Foo => {
-                tokio::spawn(async move { runtime::run(&shared, foo::wiring::<Foo>(&shared), stopped).await })
-            }
-            ControllerName::FooExample => tokio::spawn(async move {
-                runtime::run(&shared, foo::wiring::<ExampleFoo>(&shared), stopped).await
-            }),
-            ControllerName::MyCustomResource => tokio::spawn(async move {
-                runtime::run(&shared, my_custom_resource::wiring(&shared), stopped).await
-            }),
+    let mut manager = Manager::new(client, config.runtime.clone(), telemetry);
+    for controller in &config.controllers {
+        let descriptor = controller.descriptor();
+        manager.start(descriptor.name, |shared, stopping| {
+            (descriptor.start)(shared, &config, stopping)
         });
     }
-    shutdown.await;
-    let _ = stop_tx.send(true);
-    for controller in controllers {
-        let _ = controller.await;
-    }
-    let health = shared.health.clone();
-    drop(shared);
-    events.finish(EVENTS_AT_SHUTDOWN).await;
-    health.stopped();
+    manager.run_until(shutdown).await;
 }
 
-/// How long a stopping run waits for its queued events to be published.
-const EVENTS_AT_SHUTDOWN: Duration = Duration::from_secs(5);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+    use runtime::metrics::{Metrics, Outcome};
+    use std::sync::Arc;
+
+    #[test]
+    fn each_controller_is_named_alike_on_the_command_line_and_in_its_descriptor() {
+        for controller in ControllerName::value_variants() {
+            let value = controller.to_possible_value().expect("listed");
+            assert_eq!(value.get_name(), controller.descriptor().name);
+        }
+    }
+
+    #[test]
+    fn the_example_com_foo_runs_only_when_asked_for() {
+        assert_eq!(
+            ControllerName::defaults(),
+            [
+                ControllerName::Network,
+                ControllerName::Foo,
+                ControllerName::MyCustomResource
+            ]
+        );
+    }
+
+    /// The README's table of metrics, as (name, type) pairs.
+    fn readme_table() -> Vec<(String, String)> {
+        let readme = include_str!("../../../README.md");
+        let table = readme
+            .split_once("<!-- metrics-table")
+            .expect("the README's metrics table")
+            .1;
+        table
+            .lines()
+            .skip(3) // the marker's line, the header, the separator
+            .take_while(|line| line.starts_with('|'))
+            .map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                (cells[1].trim_matches('`').to_owned(), cells[2].to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_lists_every_exported_metric_and_nothing_else() {
+        // Families with labels appear with their first series: give each one, the controllers'
+        // own too.
+        let metrics = Arc::new(Metrics::new(Default::default()));
+        metrics.controller_started("foo", 1);
+        metrics.reconcile("foo").finish(Outcome::Success);
+        metrics.reconcile("foo").finish(Outcome::Panic);
+        metrics.set_awaiting_retry("foo", 0);
+        metrics.set_leader("sample-operator", true);
+        metrics.watch_restarted("foos");
+        metrics.watch_failed("foos");
+        network::metrics::BackendRequests::new(&metrics).count("neutron", "GET", "networks", "ok");
+        let text = metrics.render();
+        let mut exported: Vec<(String, String)> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .map(|line| {
+                let (name, type_) = line.split_once(' ').unwrap();
+                // OpenMetrics names a counter's family without the `_total` of its samples.
+                let name = match type_ {
+                    "counter" => format!("{name}_total"),
+                    _ => name.to_owned(),
+                };
+                (name, type_.to_owned())
+            })
+            .collect();
+        exported.sort();
+        let mut documented = readme_table();
+        documented.sort();
+        assert_eq!(
+            exported, documented,
+            "/metrics (left) and the README's table (right) differ"
+        );
+    }
+}

@@ -35,7 +35,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{predicates, watcher};
 use sample_operator_api::{ExampleFoo, Foo, FooKind};
 
+use crate::RunConfig;
 use crate::runtime::children;
+use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::index::Index;
 use crate::runtime::watch::no_preparation;
 use crate::runtime::{Context, FIELD_MANAGER, ReconcileError, Reconciler, Shared, Wiring};
@@ -54,6 +56,22 @@ impl Kind for Foo {
 
 impl Kind for ExampleFoo {
     const CONTROLLER: &'static str = "foo-example";
+}
+
+/// The Foo controller of `samplecontroller.k8s.io`, for the operator's list of controllers.
+pub const DESCRIPTOR: Descriptor<RunConfig> = descriptor::<Foo>(true);
+
+/// The Foo controller of `example.com` (seed 004's group), which runs only when asked for: its
+/// CRD is not installed by default.
+pub const EXAMPLE_DESCRIPTOR: Descriptor<RunConfig> = descriptor::<ExampleFoo>(false);
+
+const fn descriptor<K: Kind>(runs_by_default: bool) -> Descriptor<RunConfig> {
+    Descriptor {
+        name: K::CONTROLLER,
+        runs_by_default,
+        resource: OwnResource::of::<K>(),
+        start: |shared, _, stopping| crate::runtime::start(shared, wiring::<K>(shared), stopping),
+    }
 }
 
 /// What can go wrong in a Foo reconcile. The variant names are the reasons in logs and

@@ -27,6 +27,8 @@ use kube::runtime::events::EventType;
 use kube::runtime::{predicates, watcher};
 use sample_operator_api::MyCustomResource;
 
+use crate::RunConfig;
+use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::index::Index;
 use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Wiring};
 pub use pods::PodWatch;
@@ -34,6 +36,23 @@ use pods::{PodCache, PodKey};
 
 /// The controller's name in metrics and readiness reports.
 const CONTROLLER: &str = "my-custom-resource";
+
+/// The MyCustomResource controller, for the operator's list of controllers.
+pub const DESCRIPTOR: Descriptor<RunConfig> = Descriptor {
+    name: CONTROLLER,
+    runs_by_default: true,
+    resource: OwnResource::of::<MyCustomResource>(),
+    start: |shared, config, stopping| {
+        crate::runtime::start(shared, wiring(shared, &config.my_custom_resource), stopping)
+    },
+};
+
+/// The MyCustomResource controller's settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// How Pods are watched: metadata only, except when measuring what that saves.
+    pub pod_watch: PodWatch,
+}
 
 /// What can go wrong in a MyCustomResource reconcile. The variant names are the reasons in logs
 /// and metrics; every one of them is retried with per-object backoff.
@@ -58,7 +77,7 @@ pub struct MyCustomResourceReconciler {
 }
 
 /// The controller of every MyCustomResource in the watched namespaces.
-pub fn wiring(shared: &Shared) -> Wiring<MyCustomResourceReconciler> {
+pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<MyCustomResourceReconciler> {
     // Resources by the Pod they name. It follows the same stream as the store, and is updated
     // before the store: by the time a resource can be reconciled (and find its Pod missing),
     // a Pod event already maps to it, so no Pod event falls between the two.
@@ -70,7 +89,7 @@ pub fn wiring(shared: &Shared) -> Wiring<MyCustomResourceReconciler> {
         predicates::generation,
         move |event| index.apply(event),
     );
-    let pods = pods::cache(shared, shared.config.pod_watch);
+    let pods = pods::cache(shared, settings.pod_watch);
     // Each Pod event maps to the resources naming that Pod, by index lookup: never a list of
     // resources from the API, never a scan of the cache.
     let controller = Controller::for_stream(resources.events, resources.store)

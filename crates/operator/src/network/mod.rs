@@ -24,6 +24,7 @@
 
 pub mod backend;
 pub mod conflicts;
+pub mod metrics;
 pub mod status;
 
 use std::sync::Arc;
@@ -38,15 +39,27 @@ use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::{Predicate, predicates, watcher};
 use sample_operator_api::Network;
 
+use crate::RunConfig;
+use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Wiring};
 use backend::multus::{self, Multus, NetworkAttachmentDefinition};
-use backend::neutron::{Neutron, NeutronConfig};
-use backend::{BackendError, NetworkBackend};
+use backend::neutron::NeutronConfig;
+use backend::{Backend, BackendError, NetworkBackend};
 use conflicts::PrefixIndex;
 use status::Observed;
 
 /// The controller's name in metrics and readiness reports.
 const CONTROLLER: &str = "network";
+
+/// The Network controller, for the operator's list of controllers.
+pub const DESCRIPTOR: Descriptor<RunConfig> = Descriptor {
+    name: CONTROLLER,
+    runs_by_default: true,
+    resource: OwnResource::of::<Network>(),
+    start: |shared, config, stopping| {
+        crate::runtime::start(shared, wiring(shared, &config.network), stopping)
+    },
+};
 
 /// Holds a deleted Network until the backend has let go of it.
 pub const FINALIZER: &str = "samplecrd.k8s.io/network-backend";
@@ -132,6 +145,25 @@ pub enum BackendConfig {
     Neutron(NeutronConfig),
 }
 
+/// The Network controller's settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Where Networks are synced to.
+    pub backend: BackendConfig,
+    /// Only the Networks with these labels (`key=value,...`) among the watched namespaces; all
+    /// when `None`. Tests use it to run across all namespaces on their own Networks only.
+    pub label_selector: Option<String>,
+}
+
+impl Settings {
+    fn selection(&self) -> watcher::Config {
+        match &self.label_selector {
+            Some(selector) => watcher::Config::default().labels(selector),
+            None => watcher::Config::default(),
+        }
+    }
+}
+
 /// What every backend's wiring starts from: the Network watch, with the conflicts index it
 /// feeds and the neighbours it finds.
 struct Primary {
@@ -167,75 +199,53 @@ fn primary(shared: &Shared, selection: watcher::Config) -> Primary {
     }
 }
 
-/// The controller of every Network in the watched namespaces, on the Multus backend.
-pub fn wiring(shared: &Shared) -> Wiring<NetworkReconciler<Multus>> {
-    wiring_selected(shared, watcher::Config::default())
-}
-
-/// [`wiring`] for the Networks that `selection` selects (by label or field) among the watched
-/// namespaces. Tests use it to run across all namespaces on their own Networks only.
-pub fn wiring_selected(shared: &Shared, selection: watcher::Config) -> Wiring<NetworkReconciler<Multus>> {
-    let primary = primary(shared, selection);
-    // While the CRD is missing this watch fails and retries with backoff; the controller goes on.
-    let definitions = shared.watch_cache(
-        shared.api::<NetworkAttachmentDefinition>(),
-        "network-attachment-definitions",
-        watcher::Config::default().labels(&multus::selector()),
-        |nad: &mut NetworkAttachmentDefinition| nad.managed_fields_mut().clear(),
-        crate::runtime::watch::no_index,
-    );
-    Wiring {
-        name: CONTROLLER,
-        controller: primary.controller.owns_stream(definitions.events),
-        reconciler: NetworkReconciler {
-            conflicts: primary.conflicts,
-            backend: Multus::new(shared.client.clone(), definitions.store, definitions.synced),
-        },
-        own_writes: primary.own_writes,
-        // Until every Network is listed, an older overlapping one could be missing from the
-        // index, and a newer Network would be synced only to be refused a moment later. Not
-        // waiting for the definitions: their cache never fills while Multus is missing, and the
-        // controller works (and reports) without it.
-        caches: vec![primary.synced],
-    }
-}
-
-/// The controller of the Networks `selection` selects, on the Neutron backend: no watch of
-/// Neutron exists, so besides Network events it reconciles every Network after each periodic
+/// The controller of the Networks `settings` selects in the watched namespaces, on the
+/// backend it names. Multus objects are watched, so that an edit of one is reverted; Neutron
+/// has no watch, so besides Network events every Network is reconciled after each periodic
 /// listing of Neutron (see [`neutron`](backend::neutron)).
-pub fn wiring_neutron(
-    shared: &Shared,
-    selection: watcher::Config,
-    config: NeutronConfig,
-) -> Wiring<NetworkReconciler<Neutron>> {
-    let primary = primary(shared, selection);
-    let (backend, resyncs) = Neutron::new(config, shared.metrics.clone());
+pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<Backend>> {
+    let primary = primary(shared, settings.selection());
+    let (controller, backend) = match &settings.backend {
+        BackendConfig::Multus => {
+            // While the CRD is missing this watch fails and retries with backoff; the
+            // controller goes on, and its Networks say why they are not synced.
+            let definitions = shared.watch_cache(
+                shared.api::<NetworkAttachmentDefinition>(),
+                "network-attachment-definitions",
+                watcher::Config::default().labels(&multus::selector()),
+                |nad: &mut NetworkAttachmentDefinition| nad.managed_fields_mut().clear(),
+                crate::runtime::watch::no_index,
+            );
+            tokio::spawn(multus::warn_if_missing(
+                shared.api::<NetworkAttachmentDefinition>(),
+            ));
+            let backend = Multus::new(shared.client.clone(), definitions.store, definitions.synced);
+            (
+                primary.controller.owns_stream(definitions.events),
+                Backend::Multus(backend),
+            )
+        }
+        BackendConfig::Neutron(config) => {
+            let (backend, resyncs) = backend::neutron::Neutron::new(config.clone(), shared.metrics.clone());
+            (
+                primary.controller.reconcile_all_on(resyncs),
+                Backend::Neutron(backend),
+            )
+        }
+    };
     Wiring {
         name: CONTROLLER,
-        controller: primary.controller.reconcile_all_on(resyncs),
+        controller,
         reconciler: NetworkReconciler {
             conflicts: primary.conflicts,
             backend,
         },
         own_writes: primary.own_writes,
+        // Until every Network is listed, an older overlapping one could be missing from the
+        // index, and a newer Network would be synced only to be refused a moment later. Not
+        // waiting for the Multus definitions: their cache never fills while Multus is missing,
+        // and the controller works (and reports) without it.
         caches: vec![primary.synced],
-    }
-}
-
-/// Runs the Network controller, on the configured backend, on the Networks `selection`
-/// selects until `shutdown` completes.
-pub async fn run_selected(
-    shared: Shared,
-    selection: watcher::Config,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) {
-    match shared.config.network_backend.clone() {
-        BackendConfig::Multus => {
-            crate::runtime::run(&shared, wiring_selected(&shared, selection), shutdown).await
-        }
-        BackendConfig::Neutron(config) => {
-            crate::runtime::run(&shared, wiring_neutron(&shared, selection, config), shutdown).await
-        }
     }
 }
 

@@ -38,7 +38,7 @@ use super::events::Events;
 use super::metrics::{Metrics, Outcome};
 use super::own_writes::OwnWrites;
 use super::status::{Conditions, ready_reason, status_differs};
-use super::{Shared, Synced, resync_ticks};
+use super::{Shared, Stopping, Synced, resync_ticks};
 
 /// What a controller's own resource must be: a namespaced Kubernetes object of a known type.
 pub trait Object:
@@ -291,6 +291,16 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// `namespace/name`, for logs.
 pub fn describe(object: &impl Resource) -> String {
     format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// [`run`], in the form a [`Descriptor`](super::Descriptor)'s `start` returns.
+pub fn start<R: Reconciler>(shared: &Shared, wiring: Wiring<R>, stopping: Stopping) -> BoxFuture<'static, ()>
+where
+    R::Object: HasStatus,
+    <R::Object as HasStatus>::Status: Conditions,
+{
+    let shared = shared.clone();
+    async move { run(&shared, wiring, stopping).await }.boxed()
 }
 
 /// Runs a controller until `shutdown` completes; it then finishes the reconciles in flight.

@@ -21,8 +21,7 @@ use kube::runtime::watcher::watch_object;
 use kube::{Api, Client};
 use kube_lease_manager::LeaseManagerBuilder;
 
-use super::Telemetry;
-use crate::RunConfig;
+use super::{Supervised, Telemetry};
 
 /// Where the lease is and how long it lasts.
 #[derive(Clone, Debug)]
@@ -64,18 +63,23 @@ pub fn identity(instance: &str) -> String {
     format!("{instance}_{:08x}", random as u32)
 }
 
-/// Waits for the lease, then runs the controllers while holding it, until `shutdown`
-/// completes or the lease is lost. `drain` bounds how long in-flight reconciles may take to
-/// finish on shutdown.
-pub async fn run_elected(
+/// Waits for the lease, then runs `work` (the controllers) while holding it, until `shutdown`
+/// completes or the lease is lost. `work` gets a future that completes when it should stop;
+/// `drain` bounds how long it may then take to finish its reconciles in flight. `instance`
+/// names this replica (see [`identity`]).
+pub async fn run_elected<F>(
     client: Client,
-    config: RunConfig,
+    instance: &str,
     telemetry: Telemetry,
     lease: LeaseConfig,
     drain: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<Outcome, Error> {
-    let identity = identity(&config.instance);
+    work: impl FnOnce(futures::future::BoxFuture<'static, ()>) -> F,
+) -> Result<Outcome, Error>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let identity = identity(instance);
     telemetry.metrics.set_leader(&lease.name, false);
     tracing::info!(lease = %format!("{}/{}", lease.namespace, lease.name), %identity, "waiting for the leader lease");
     let mut shutdown = std::pin::pin!(shutdown);
@@ -85,21 +89,12 @@ pub async fn run_elected(
 
     tracing::info!(%identity, "acquired the leader lease: starting controllers");
     telemetry.metrics.set_leader(&lease.name, true);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let health = telemetry.health.clone();
-    let metrics = telemetry.metrics.clone();
-    let renewals_stop = renewals_stop(client.clone(), lease.clone(), identity.clone());
-    let mut controllers = tokio::spawn(crate::run_with(client, config, telemetry, async move {
-        let _ = stopped.await;
-    }));
+    let renewals_stop = renewals_stop(client, lease.clone(), identity.clone());
+    let controllers = Supervised::spawn(work);
 
     let outcome = tokio::select! {
         _ = &mut shutdown => {
-            let _ = stop.send(());
-            if tokio::time::timeout(drain, &mut controllers).await.is_err() {
-                tracing::warn!(?drain, "reconciles still running after the drain timeout: aborting them");
-                controllers.abort();
-            }
+            controllers.drain(drain).await;
             Outcome::Stopped
         }
         // (The guard `wait_for` returns is not Send: drop it inside.)
@@ -116,8 +111,8 @@ pub async fn run_elected(
             Outcome::RenewalsFailed
         }
     };
-    health.stopped();
-    metrics.set_leader(&lease.name, false);
+    telemetry.health.stopped();
+    telemetry.metrics.set_leader(&lease.name, false);
     if outcome == Outcome::RenewalsFailed {
         // Releasing would patch the Lease from a state that may be stale by now: let it expire.
         drop(is_leader);

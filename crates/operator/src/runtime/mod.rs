@@ -15,16 +15,24 @@
 //! - [`children`]: ownership of the objects a controller creates, and writes that never touch
 //!   another's;
 //! - [`index`]: in-memory indexes kept from a watch, so an event maps to its objects by lookup;
+//! - [`descriptor`]: what the process knows of each controller (its name, its resource, how to
+//!   start it), and the [`manager`] that runs a set of them, supervised, until shutdown;
 //! - the process around the controllers: [`metrics`], [`health`], the HTTP [`server`], the
 //!   [`requests`] counter and [`leader`] election.
+//!
+//! The runtime knows no domain: the controllers use it, never the other way round. What one
+//! controller alone needs (a backend, how it watches Pods) is that controller's own setting,
+//! handed to it by its descriptor.
 
 pub mod backoff;
 pub mod children;
 pub mod controller;
+pub mod descriptor;
 pub mod events;
 pub mod health;
 pub mod index;
 pub mod leader;
+pub mod manager;
 pub mod metrics;
 pub mod own_writes;
 pub mod requests;
@@ -40,10 +48,10 @@ use kube::runtime::events::Reporter;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-pub use controller::{Context, ReconcileError, Reconciler, Wiring, run};
+pub use controller::{Context, ReconcileError, Reconciler, Wiring, run, start};
+pub use descriptor::Descriptor;
+pub use manager::{Manager, Stopping, Supervised};
 pub use watch::Synced;
-
-use crate::RunConfig;
 
 /// The field manager of every write: one owner for everything the operator applies.
 pub const FIELD_MANAGER: &str = "sample-operator";
@@ -64,12 +72,53 @@ impl Telemetry {
     }
 }
 
+/// What every controller of a run shares: where to watch, how hard to work, who is speaking.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Watch one namespace only; all namespaces when `None`.
+    pub namespace: Option<String>,
+    /// Reconciles in flight at once, per controller.
+    pub concurrency: u16,
+    /// Reconcile every object this often even without a change; `None` never.
+    pub resync: Option<Duration>,
+    /// Names this instance in events (`reportingInstance`), such as the pod name.
+    pub instance: String,
+    /// How every watch fetches its first list.
+    pub initial_list: watch::InitialList,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            concurrency: 16,
+            resync: None,
+            instance: default_instance(),
+            initial_list: watch::InitialList::default(),
+        }
+    }
+}
+
+/// The pod name in a cluster (`POD_NAME`, `HOSTNAME`), else the host name.
+fn default_instance() -> String {
+    std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "sample-operator".into())
+}
+
 /// What every controller of one run shares.
 #[derive(Clone)]
 pub struct Shared {
     pub client: Client,
     pub events: events::Events,
-    pub config: RunConfig,
+    pub config: RuntimeConfig,
     pub metrics: Arc<metrics::Metrics>,
     pub health: Arc<health::Health>,
 }
@@ -77,7 +126,7 @@ pub struct Shared {
 impl Shared {
     /// Also starts the task that publishes the controllers' events; the run waits for it with
     /// [`events::Publisher::finish`] once every `Shared` is dropped.
-    pub fn new(client: Client, config: RunConfig, telemetry: Telemetry) -> (Self, events::Publisher) {
+    pub fn new(client: Client, config: RuntimeConfig, telemetry: Telemetry) -> (Self, events::Publisher) {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
             instance: Some(config.instance.clone()),
@@ -98,10 +147,18 @@ impl Shared {
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + DeserializeOwned + Clone,
     {
-        match &self.config.namespace {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        }
+        scoped(&self.client, self.config.namespace.as_deref())
+    }
+}
+
+/// `K`'s objects in `namespace`, or in all namespaces.
+pub fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
     }
 }
 

@@ -3,7 +3,6 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use sample_operator_api::{FooStatus, MyCustomResourceStatus, NetworkStatus};
 
 pub use sample_operator_api::conditions::READY;
 
@@ -22,20 +21,23 @@ pub trait Conditions {
     fn conditions_mut(&mut self) -> &mut Vec<Condition>;
 }
 
+/// Implements [`Conditions`] for a status type whose conditions are its `conditions` field:
+/// `conditions_field!(FooStatus);`, next to the controller that writes that status.
 macro_rules! conditions_field {
-    ($($status:ty),*) => {$(
-        impl Conditions for $status {
-            fn conditions(&self) -> &[Condition] {
+    ($status:ty) => {
+        impl $crate::runtime::status::Conditions for $status {
+            fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
                 &self.conditions
             }
-            fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+            fn conditions_mut(
+                &mut self,
+            ) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
                 &mut self.conditions
             }
         }
-    )*};
+    };
 }
-
-conditions_field!(FooStatus, NetworkStatus, MyCustomResourceStatus);
+pub(crate) use conditions_field;
 
 /// The `Ready` condition for a new status, given the conditions of the current one:
 /// `lastTransitionTime` moves only when `status` changes, so rewriting the same state does not

@@ -56,15 +56,16 @@ pub enum InitialListChoice {
 }
 
 impl InitialListChoice {
-    /// The way to use, asking the API server through `api` when `auto`.
-    pub async fn resolve<K>(self, api: &Api<K>) -> Result<InitialList, kube::Error>
+    /// The way to use; when `auto`, `streams_lists` asks the API server whether it streams
+    /// lists (see [`serves_streaming_lists`]).
+    pub async fn resolve<F>(self, streams_lists: impl FnOnce() -> F) -> Result<InitialList, kube::Error>
     where
-        K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+        F: Future<Output = Result<bool, kube::Error>>,
     {
         Ok(match self {
             InitialListChoice::List => InitialList::List,
             InitialListChoice::Stream => InitialList::Stream,
-            InitialListChoice::Auto if serves_streaming_lists(api).await? => InitialList::Stream,
+            InitialListChoice::Auto if streams_lists().await? => InitialList::Stream,
             InitialListChoice::Auto => InitialList::List,
         })
     }

@@ -13,10 +13,10 @@ use serde::Deserialize;
 use crate::deploy::{ROOT, documents, dry_run, ensure_operator_namespace};
 use std::time::Duration;
 
-use sample_operator::{ControllerName, RunConfig};
+use sample_operator::ControllerName;
 use sample_operator_api::{Foo, FooSpec};
 
-use crate::support::{Operator, client_with_crds};
+use crate::support::{Operator, client_with_crds, config};
 
 const RELEASE: &str = "sample-operator";
 /// The namespace the one-namespace combinations watch.
@@ -490,16 +490,12 @@ async fn watching_one_namespace_the_operator_needs_only_the_charts_role() {
         format!("system:serviceaccounts:{}", ns.name),
         "system:authenticated".into(),
     ]);
-    let operator = Operator::start_as(
-        RunConfig {
-            namespace: Some(ns.name.clone()),
-            controllers: vec![ControllerName::Foo, ControllerName::MyCustomResource],
-            instance: "chart-role-test".into(),
-            ..RunConfig::default()
-        },
-        as_operator,
-    )
-    .await;
+    let mut config = config(
+        Some(&ns.name),
+        &[ControllerName::Foo, ControllerName::MyCustomResource],
+    );
+    config.runtime.instance = "chart-role-test".into();
+    let operator = Operator::start_as(config, as_operator).await;
 
     let foos = ns.api::<Foo>();
     let foo = Foo::new(

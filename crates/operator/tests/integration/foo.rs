@@ -7,12 +7,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
+use sample_operator::ControllerName;
 use sample_operator::runtime::watch::InitialList;
-use sample_operator::{ControllerName, RunConfig};
 use sample_operator_api::{ExampleFoo, Foo, FooKind, FooSpec};
 use serde_json::json;
 
-use crate::support::{Operator, client_with_crds, events_about, store_despite_schema, wait_for_event};
+use crate::support::{
+    Operator, client_with_crds, config, events_about, store_despite_schema, wait_for_event,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -416,13 +418,8 @@ async fn renaming_the_deployment_moves_the_workload<K: Group>() {
 async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "foo-steady").await;
-    let config = RunConfig {
-        namespace: Some(ns.name.clone()),
-        controllers: vec![ControllerName::Foo],
-        resync: Some(Duration::from_secs(1)),
-        instance: "integration-test".into(),
-        ..RunConfig::default()
-    };
+    let mut config = config(Some(&ns.name), &[ControllerName::Foo]);
+    config.runtime.resync = Some(Duration::from_secs(1));
     let operator = Operator::start_with(config.clone()).await;
     let foos = ns.api::<Foo>();
     for i in 0..20 {
@@ -447,10 +444,8 @@ async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
 
     // Restarted, with either way of fetching the first list: reads, and no write.
     for initial_list in [InitialList::List, InitialList::Stream] {
-        let config = RunConfig {
-            initial_list,
-            ..config.clone()
-        };
+        let mut config = config.clone();
+        config.runtime.initial_list = initial_list;
         let restarted = Operator::start_with(config).await;
         tokio::time::sleep(Duration::from_secs(6)).await;
         let after_restart = restarted.requests();
@@ -536,12 +531,7 @@ async fn many_foos_converge_including_in_a_namespace_created_later() {
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "foo-many").await;
     // All namespaces: a namespace created after the start works like any other.
-    let operator = Operator::start_with(RunConfig {
-        controllers: vec![ControllerName::Foo],
-        instance: "integration-test".into(),
-        ..RunConfig::default()
-    })
-    .await;
+    let operator = Operator::start_with(config(None, &[ControllerName::Foo])).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let later = TestNamespace::create(&client, "foo-later").await;
     let foos = ns.api::<Foo>();

@@ -10,13 +10,13 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
+use sample_operator::ControllerName;
 use sample_operator::runtime::leader::{self, LeaseConfig, Outcome};
 use sample_operator::runtime::{Telemetry, requests::RequestCounter};
-use sample_operator::{ControllerName, RunConfig};
 use sample_operator_api::Foo;
 
 use crate::foo::{new_foo, scale, wait_available};
-use crate::support::{client_with_crds, operator_config};
+use crate::support::{client_with_crds, config, operator_config};
 
 const LEASE: &str = "renewal-test";
 
@@ -123,23 +123,27 @@ fn start_replica(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<Result<Outcome, leader::Error>>,
 ) {
-    let config = RunConfig {
-        namespace: Some(namespace.to_owned()),
-        controllers: vec![ControllerName::Foo],
-        instance: replica.to_owned(),
-        ..RunConfig::default()
-    };
+    let mut config = config(Some(namespace), &[ControllerName::Foo]);
+    config.runtime.instance = replica.to_owned();
+    let telemetry = Telemetry::new(RequestCounter::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(leader::run_elected(
-        client,
-        config,
-        Telemetry::new(RequestCounter::default()),
-        lease,
-        Duration::from_secs(5),
+    let task = tokio::spawn({
+        let (client, telemetry, replica) = (client.clone(), telemetry.clone(), replica.to_owned());
         async move {
-            let _ = stopped.await;
-        },
-    ));
+            leader::run_elected(
+                client.clone(),
+                &replica,
+                telemetry.clone(),
+                lease,
+                Duration::from_secs(5),
+                async move {
+                    let _ = stopped.await;
+                },
+                move |stopped| sample_operator::run_with(client, config, telemetry, stopped),
+            )
+            .await
+        }
+    });
     (stop, task)
 }
 

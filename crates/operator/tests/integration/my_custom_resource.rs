@@ -10,13 +10,13 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
+use sample_operator::ControllerName;
 use sample_operator::runtime::requests::RequestCounter;
-use sample_operator::{ControllerName, RunConfig};
 use sample_operator_api::{MyCustomResource, MyCustomResourceSpec};
 use serde_json::json;
 use tokio::sync::RwLock;
 
-use crate::support::{Operator, client_with_crds, events_about, wait_for_event};
+use crate::support::{Operator, client_with_crds, config, events_about, wait_for_event};
 
 const SAMPLES: &str = include_str!("../../../../samples/my-custom-resource.yaml");
 /// How long the controller may take to react to a change: seconds, even on a busy machine.
@@ -253,12 +253,7 @@ async fn a_pod_in_another_namespace_does_not_count() {
     let client = client_with_crds().await;
     let mine = TestNamespace::create(&client, "mcr-scope-mine").await;
     let theirs = TestNamespace::create(&client, "mcr-scope-theirs").await;
-    let operator = Operator::start_with(RunConfig {
-        controllers: vec![ControllerName::MyCustomResource],
-        instance: "integration-test".into(),
-        ..RunConfig::default()
-    })
-    .await;
+    let operator = Operator::start_with(config(None, &[ControllerName::MyCustomResource])).await;
     let my_mcrs = mine.api::<MyCustomResource>();
     let their_mcrs = theirs.api::<MyCustomResource>();
     my_mcrs
@@ -403,12 +398,7 @@ async fn the_deployed_rbac_is_all_the_controller_needs() {
         .client(crate::support::operator_config(&client).await)
         .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let config = RunConfig {
-        namespace: Some(ns.name.clone()),
-        controllers: vec![ControllerName::MyCustomResource],
-        instance: "integration-test".into(),
-        ..RunConfig::default()
-    };
+    let config = config(Some(&ns.name), &[ControllerName::MyCustomResource]);
     let operator = tokio::spawn(sample_operator::run(operator_client, config, async move {
         let _ = stopped.await;
     }));
@@ -434,13 +424,8 @@ async fn status_is_written_only_when_it_changes() {
     let _shared = ALL_NAMESPACES.read().await;
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "mcr-steady").await;
-    let config = RunConfig {
-        namespace: Some(ns.name.clone()),
-        controllers: vec![ControllerName::MyCustomResource],
-        resync: Some(Duration::from_secs(1)),
-        instance: "integration-test".into(),
-        ..RunConfig::default()
-    };
+    let mut config = config(Some(&ns.name), &[ControllerName::MyCustomResource]);
+    config.runtime.resync = Some(Duration::from_secs(1));
     let operator = Operator::start_with(config.clone()).await;
     let pods = pods_in(&client, &ns.name).await;
     let mcrs = ns.api::<MyCustomResource>();
@@ -488,14 +473,9 @@ async fn events_on_transitions_only() {
     let _shared = ALL_NAMESPACES.read().await;
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "mcr-events").await;
-    let operator = Operator::start_with(RunConfig {
-        namespace: Some(ns.name.clone()),
-        controllers: vec![ControllerName::MyCustomResource],
-        resync: Some(Duration::from_secs(1)),
-        instance: "integration-test".into(),
-        ..RunConfig::default()
-    })
-    .await;
+    let mut config = config(Some(&ns.name), &[ControllerName::MyCustomResource]);
+    config.runtime.resync = Some(Duration::from_secs(1));
+    let operator = Operator::start_with(config).await;
     let mcrs = ns.api::<MyCustomResource>();
     mcrs.create(&PostParams::default(), &my_custom_resource("eventful", "flapper"))
         .await

@@ -13,16 +13,14 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
+use sample_operator::ControllerName;
 use sample_operator::network::backend::multus::{self, NetworkAttachmentDefinition};
-use sample_operator::runtime::requests::RequestCounter;
-use sample_operator::runtime::{Shared, Telemetry};
-use sample_operator::{ControllerName, RunConfig};
 use sample_operator_api::Network;
 use sample_operator_api::ip::IpFamily;
 use serde_json::json;
 
 use crate::support::{
-    Operator, client_with_crds, events_about, network, store_despite_schema, wait_for_event,
+    Operator, client_with_crds, config, events_about, network, store_despite_schema, wait_for_event,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -443,26 +441,9 @@ async fn networks_in_different_namespaces_may_overlap() {
     // One controller across all namespaces, so that one index sees both tenants; it selects
     // this test's Networks by label and leaves everyone else's alone.
     const LABEL: &str = "sample-operator.dev/network-test";
-    let selection = kube::runtime::watcher::Config::default().labels(&format!("{LABEL}={}", tenant_a.name));
-    let operator_client = RequestCounter::default().client(testing::config().await).unwrap();
-    let (shared, _events) = Shared::new(
-        operator_client,
-        RunConfig {
-            namespace: None,
-            controllers: vec![ControllerName::Network],
-            instance: "integration-test".into(),
-            ..RunConfig::default()
-        },
-        Telemetry::new(RequestCounter::default()),
-    );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(sample_operator::network::run_selected(
-        shared,
-        selection,
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let mut config = config(None, &[ControllerName::Network]);
+    config.network.label_selector = Some(format!("{LABEL}={}", tenant_a.name));
+    let operator = Operator::start_as(config, testing::config().await).await;
     let labelled = |name: &str, cidr: &str, gateway: &str| {
         let mut n = network(name, cidr, gateway);
         n.labels_mut().insert(LABEL.into(), tenant_a.name.clone());
@@ -511,11 +492,7 @@ async fn networks_in_different_namespaces_may_overlap() {
     }
     wait_synced(&b, "shared", TIMEOUT).await;
 
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(30), controller)
-        .await
-        .unwrap()
-        .unwrap();
+    operator.stop().await;
     tenant_a.delete().await;
     tenant_b.delete().await;
 }
@@ -802,13 +779,8 @@ async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
     let client = client_with_crds().await;
     let _crd = NadCrd::installed(&client).await;
     let ns = TestNamespace::create(&client, "net-steady").await;
-    let config = RunConfig {
-        namespace: Some(ns.name.clone()),
-        controllers: vec![ControllerName::Network],
-        resync: Some(Duration::from_secs(1)),
-        instance: "integration-test".into(),
-        ..RunConfig::default()
-    };
+    let mut config = config(Some(&ns.name), &[ControllerName::Network]);
+    config.runtime.resync = Some(Duration::from_secs(1));
     let operator = Operator::start_with(config.clone()).await;
     let networks = ns.api::<Network>();
     let mut expected = BTreeMap::new();

@@ -17,6 +17,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 // project), that member's password, and the admin, who plays the people editing Neutron.
 use local_cluster::openstack::{ADMIN_CLOUD, CLOUD, PASSWORD_CLOUD, TOKEN_CACHE_SECONDS};
 use local_cluster::testing::{self, TestNamespace};
+use sample_operator::ControllerName;
 use sample_operator::network::BackendConfig;
 use sample_operator::network::backend::neutron::NeutronConfig;
 use sample_operator::network::backend::neutron::client::{CloudSource, Session};
@@ -24,11 +25,10 @@ use sample_operator::network::backend::neutron::model::{self, NeutronNetwork, Ne
 use sample_operator::runtime::Telemetry;
 use sample_operator::runtime::metrics::Metrics;
 use sample_operator::runtime::requests::RequestCounter;
-use sample_operator::{ControllerName, RunConfig};
 use sample_operator_api::Network;
 use serde_json::{Value, json};
 
-use crate::support::{client_with_crds, metric_sum, network, operator_config, wait_for_event};
+use crate::support::{client_with_crds, config, metric_sum, network, operator_config, wait_for_event};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 /// The tests' resync interval: short, so that repairs show within seconds.
@@ -47,17 +47,12 @@ impl NeutronOperator {
         let client = RequestCounter::default()
             .client(operator_config(&testing::client().await).await)
             .expect("operator client");
-        let config = RunConfig {
-            namespace: Some(namespace.to_owned()),
-            controllers: vec![ControllerName::Network],
-            instance: "integration-test".into(),
-            network_backend: BackendConfig::Neutron(NeutronConfig {
-                source,
-                cluster_id: namespace.to_owned(),
-                resync: RESYNC,
-            }),
-            ..RunConfig::default()
-        };
+        let mut config = config(Some(namespace), &[ControllerName::Network]);
+        config.network.backend = BackendConfig::Neutron(NeutronConfig {
+            source,
+            cluster_id: namespace.to_owned(),
+            resync: RESYNC,
+        });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(sample_operator::run_with(
             client,

@@ -8,6 +8,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use local_cluster::testing;
+use sample_operator::runtime::RuntimeConfig;
 use sample_operator::runtime::requests::{RequestCounter, RequestCounts};
 use sample_operator::{ControllerName, RunConfig};
 use tokio::sync::RwLock;
@@ -35,6 +36,20 @@ pub fn all_crds()
     crds
 }
 
+/// The operator's configuration in a test: `controllers` on `namespace` (all namespaces when
+/// `None`), as the instance `integration-test`.
+pub fn config(namespace: Option<&str>, controllers: &[ControllerName]) -> RunConfig {
+    RunConfig {
+        runtime: RuntimeConfig {
+            namespace: namespace.map(str::to_owned),
+            instance: "integration-test".into(),
+            ..RuntimeConfig::default()
+        },
+        controllers: controllers.to_vec(),
+        ..RunConfig::default()
+    }
+}
+
 /// The operator, running in this process on one namespace, with its requests counted.
 pub struct Operator {
     pub requests: RequestCounter,
@@ -44,13 +59,7 @@ pub struct Operator {
 
 impl Operator {
     pub async fn start(namespace: &str, controllers: &[ControllerName]) -> Self {
-        Self::start_with(RunConfig {
-            namespace: Some(namespace.to_owned()),
-            controllers: controllers.to_vec(),
-            instance: "integration-test".into(),
-            ..RunConfig::default()
-        })
-        .await
+        Self::start_with(config(Some(namespace), controllers)).await
     }
 
     pub async fn start_with(config: RunConfig) -> Self {

@@ -10,6 +10,9 @@ use std::sync::Arc;
 
 use sample_operator_api::{Addressing, BackendReference, Network};
 
+use multus::Multus;
+use neutron::Neutron;
+
 /// What a backend did to hold a Network.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ensured {
@@ -39,6 +42,29 @@ pub trait NetworkBackend: Send + Sync + 'static {
     /// the backend never had it (or is not there at all), which is not an error. Never removes
     /// an object of the backend that this Network does not own.
     fn remove(&self, network: &Network) -> impl Future<Output = Result<bool, BackendError>> + Send;
+}
+
+/// The backend a run of the Network controller syncs to, as `--network-backend` chose it: one
+/// reconciler type, whichever it is.
+pub enum Backend {
+    Multus(Multus),
+    Neutron(Neutron),
+}
+
+impl NetworkBackend for Backend {
+    async fn ensure(&self, network: &Network, addressing: &Addressing) -> Result<Ensured, BackendError> {
+        match self {
+            Backend::Multus(multus) => multus.ensure(network, addressing).await,
+            Backend::Neutron(neutron) => neutron.ensure(network, addressing).await,
+        }
+    }
+
+    async fn remove(&self, network: &Network) -> Result<bool, BackendError> {
+        match self {
+            Backend::Multus(multus) => multus.remove(network).await,
+            Backend::Neutron(neutron) => neutron.remove(network).await,
+        }
+    }
 }
 
 /// What can go wrong in a backend. The reasons are the `Ready` condition's reasons and the

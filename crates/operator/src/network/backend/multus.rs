@@ -87,6 +87,22 @@ impl Resource for NetworkAttachmentDefinition {
     }
 }
 
+/// Logs a warning when the NetworkAttachmentDefinition CRD is not installed (a 404 on a list of
+/// one). The controller runs without it: its Networks report `BackendUnavailable` until it is.
+pub async fn warn_if_missing(definitions: Api<NetworkAttachmentDefinition>) {
+    let listed = definitions
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await;
+    if let Err(kube::Error::Api(status)) = listed
+        && status.code == 404
+    {
+        tracing::warn!(
+            crd = CRD_NAME,
+            "the NetworkAttachmentDefinition CRD is not installed: Networks report BackendUnavailable until it is"
+        );
+    }
+}
+
 /// The label selector of the operator's NetworkAttachmentDefinitions.
 pub fn selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY}")

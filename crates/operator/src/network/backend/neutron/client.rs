@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use super::model::{Desired, NeutronNetwork, NeutronSubnet, Pool};
 use crate::network::backend::BackendError;
+use crate::network::metrics::BackendRequests;
 use crate::runtime::metrics::Metrics;
 use std::sync::Arc;
 
@@ -129,7 +130,7 @@ struct Connected {
 pub struct Session {
     source: CloudSource,
     state: tokio::sync::Mutex<SessionState>,
-    metrics: Arc<Metrics>,
+    requests: BackendRequests,
 }
 
 #[derive(Default)]
@@ -146,7 +147,7 @@ impl Session {
         Self {
             source,
             state: Default::default(),
-            metrics,
+            requests: BackendRequests::new(&metrics),
         }
     }
 
@@ -217,7 +218,7 @@ impl Session {
 
     fn count(&self, method: &'static str, resource: &'static str, error: Option<&BackendError>) {
         let result = error.map_or("ok", BackendError::reason);
-        self.metrics.backend_request("neutron", method, resource, result);
+        self.requests.count("neutron", method, resource, result);
     }
 
     /// Forgets session `generation` after an authentication failure, so that the next request
