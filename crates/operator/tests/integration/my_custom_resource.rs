@@ -524,13 +524,14 @@ async fn events_on_transitions_only() {
     ns.delete().await;
 }
 
-/// Memory of the operator process by how it watches Pods. Not a check but a measurement, kept
-/// here so that it can be repeated: it creates 5,000 Pods (`SAMPLE_OPERATOR_MEMORY_PODS`
-/// overrides) in a namespace of its own and runs the `sample-operator` binary (override the
-/// path with `SAMPLE_OPERATOR_BIN`, for a release build) on it three times: on a namespace
-/// with one Pod (the baseline), then with the metadata-only Pod watch it ships with, then with
-/// a watch of whole Pods (the hidden `--measure-full-pod-watch`). Each run is measured once the
-/// Pod cache is filled, from /proc/<pid>/status: VmHWM (peak resident set) and VmRSS.
+/// Memory of the MyCustomResource controller by how it watches Pods. Not a check but a
+/// measurement, kept here so that it can be repeated: it creates 5,000 Pods
+/// (`SAMPLE_OPERATOR_MEMORY_PODS` overrides) in a namespace of its own and runs the
+/// `pod_watch` example (the controller as the operator runs it, with the operator's allocator;
+/// override the path with `SAMPLE_OPERATOR_POD_WATCH_BIN`, for a release build) on it three
+/// times: on a namespace with one Pod (the baseline), then with the metadata-only Pod watch the
+/// operator ships with, then with a watch of whole Pods. Each run is measured once the Pod cache
+/// is filled, from /proc/<pid>/status: VmHWM (peak resident set) and VmRSS.
 ///
 /// The Pods carry a scheduling gate, so they stay Pending without the scheduler or kwok ever
 /// touching them: creating them costs the cluster little, and their objects look the same to
@@ -570,20 +571,20 @@ async fn pod_watch_memory() {
         .await
         .unwrap();
 
-    let runs: [(&str, &TestNamespace, &[&str]); 3] = [
-        ("baseline, 1 Pod", &baseline, &[]),
-        ("metadata-only Pod watch", &crowded, &[]),
-        ("whole-Pod watch", &crowded, &["--measure-full-pod-watch"]),
+    let runs: [(&str, &TestNamespace, &str); 3] = [
+        ("baseline, 1 Pod", &baseline, "metadata"),
+        ("metadata-only Pod watch", &crowded, "metadata"),
+        ("whole-Pod watch", &crowded, "full"),
     ];
     let mut report = Vec::new();
-    for (i, (label, ns, flags)) in runs.into_iter().enumerate() {
+    for (i, (label, ns, watch)) in runs.into_iter().enumerate() {
         // A new resource per run: its first status tells that this run's Pod cache is filled.
         let probe = format!("probe-{i}");
         let mcrs = ns.api::<MyCustomResource>();
         mcrs.create(&PostParams::default(), &my_custom_resource(&probe, "pod-0"))
             .await
             .unwrap();
-        let (vm_hwm, vm_rss) = measure_operator(&ns.name, flags, &mcrs, &probe).await;
+        let (vm_hwm, vm_rss) = measure_operator(&ns.name, watch, &mcrs, &probe).await;
         eprintln!("{label}: VmHWM {vm_hwm} kB, VmRSS {vm_rss} kB");
         report.push((label, vm_hwm, vm_rss));
     }
@@ -611,29 +612,23 @@ fn gated_pod(name: &str) -> Pod {
     .unwrap()
 }
 
-/// Runs the operator binary on `namespace` until `probe` is healthy, lets it settle, and
-/// returns its VmHWM and VmRSS in kB.
+/// Runs the `pod_watch` example on `namespace` with Pods watched as `watch` says until `probe`
+/// is healthy, lets it settle, and returns its VmHWM and VmRSS in kB.
 async fn measure_operator(
     namespace: &str,
-    flags: &[&str],
+    watch: &str,
     mcrs: &Api<MyCustomResource>,
     probe: &str,
 ) -> (u64, u64) {
-    let binary = std::env::var("SAMPLE_OPERATOR_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sample-operator").to_owned());
+    // Cargo builds the examples beside the test binaries: target/<profile>/examples/.
+    let binary = std::env::var("SAMPLE_OPERATOR_POD_WATCH_BIN").unwrap_or_else(|_| {
+        let test_binary = std::env::current_exe().expect("the test binary's path");
+        let profile_dir = test_binary.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+        profile_dir.join("examples/pod_watch").display().to_string()
+    });
     let mut command = tokio::process::Command::new(&binary);
     command
-        .args([
-            "run",
-            "--namespace",
-            namespace,
-            "--controllers",
-            "my-custom-resource",
-        ])
-        .args(["--log-level", "warn"])
-        .args(flags)
-        // Any free port for its HTTP server, so that runs never collide on one.
-        .env("SAMPLE_OPERATOR_HTTP_ADDRESS", "127.0.0.1:0")
+        .args(["--namespace", namespace, "--watch", watch])
         .kill_on_drop(true);
     if !testing::uses_existing_cluster() {
         command.env("KUBECONFIG", local_cluster::LocalCluster::default().kubeconfig());

@@ -16,9 +16,9 @@
 
 pub mod client;
 pub mod model;
+mod observations;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
@@ -29,6 +29,7 @@ use sample_operator_api::{Addressing, BackendReference, Network};
 use super::{BackendError, Ensured, NetworkBackend};
 use client::{CloudSource, Session};
 use model::{Desired, NeutronNetwork, NeutronSubnet, Observed, Owner, Step};
+use observations::Observations;
 
 /// `status.backend.provider` of Networks this backend holds.
 pub const PROVIDER: &str = "neutron";
@@ -49,28 +50,6 @@ pub struct Neutron {
     session: Arc<Session>,
     cluster_id: String,
     observations: Arc<Observations>,
-}
-
-/// The last listing of Neutron, and which Networks may still use it.
-#[derive(Default)]
-struct Observations {
-    state: Mutex<ListingState>,
-    /// Becomes true once the first listing was tried, so that the first reconciles after a
-    /// start wait for it instead of asking Neutron one Network at a time.
-    first_listing: tokio::sync::watch::Sender<bool>,
-}
-
-#[derive(Default)]
-struct ListingState {
-    /// Listings started so far; a listing is known by its number.
-    started: u64,
-    /// The number of the stored listing (0: none).
-    listing: u64,
-    networks: HashMap<String, Vec<NeutronNetwork>>,
-    subnets: HashMap<String, Vec<NeutronSubnet>>,
-    /// Per Network UID, the listing it last used or the listings started when it last wrote:
-    /// a listing not newer than this is no news for it.
-    seen: HashMap<String, u64>,
 }
 
 impl Neutron {
@@ -291,74 +270,4 @@ impl Neutron {
             .await?;
         Ok(created.id)
     }
-}
-
-impl Observations {
-    async fn wait_for_first_listing(&self) {
-        let mut listed = self.first_listing.subscribe();
-        // The listing has timeouts of its own; this bounds the wait should it never be polled.
-        let _ = tokio::time::timeout(Duration::from_secs(60), listed.wait_for(|done| *done)).await;
-    }
-
-    /// Lists every network and subnet of the cluster and keeps them, grouped by Network.
-    async fn list(&self, session: &Session, cluster_tag: &str) {
-        let number = {
-            let mut state = self.state.lock().expect("listing state");
-            state.started += 1;
-            state.started
-        };
-        let tags = [cluster_tag.to_owned()];
-        let listed = async {
-            let networks = session.list_networks(&tags, None).await?;
-            let subnets = session.list_subnets(&tags).await?;
-            Ok::<_, BackendError>((networks, subnets))
-        }
-        .await;
-        match listed {
-            Ok((networks, subnets)) => {
-                let mut state = self.state.lock().expect("listing state");
-                state.listing = number;
-                state.networks = group(networks, |n| &n.tags);
-                state.subnets = group(subnets, |s| &s.tags);
-                tracing::debug!(networks = state.networks.len(), "listed Neutron");
-            }
-            Err(error) => tracing::warn!(%error, "listing Neutron for the resync"),
-        }
-        self.first_listing.send_replace(true);
-    }
-
-    /// This Network's part of the last listing, if it is news to it.
-    fn take(&self, owner: &Owner, uid: &str) -> Option<Observed> {
-        let mut state = self.state.lock().expect("listing state");
-        let listing = state.listing;
-        if listing == 0 || state.seen.get(uid).is_some_and(|seen| *seen >= listing) {
-            return None;
-        }
-        state.seen.insert(uid.to_owned(), listing);
-        let networks = state.networks.get(uid).map(Vec::as_slice).unwrap_or_default();
-        let subnets = state.subnets.get(uid).map(Vec::as_slice).unwrap_or_default();
-        Some(Observed::pick(owner, networks, subnets))
-    }
-
-    /// Marks a write for this Network: listings started before it ended are no news to it.
-    fn wrote(&self, uid: &str) {
-        let mut state = self.state.lock().expect("listing state");
-        let started = state.started;
-        state.seen.insert(uid.to_owned(), started);
-    }
-
-    fn forget(&self, uid: &str) {
-        self.state.lock().expect("listing state").seen.remove(uid);
-    }
-}
-
-/// Groups listed objects by the Network UID in their tags.
-fn group<T>(items: Vec<T>, tags: impl Fn(&T) -> &Vec<String>) -> HashMap<String, Vec<T>> {
-    let mut grouped: HashMap<String, Vec<T>> = HashMap::new();
-    for item in items {
-        if let Some(uid) = model::network_uid(tags(&item)) {
-            grouped.entry(uid.to_owned()).or_default().push(item);
-        }
-    }
-    grouped
 }
