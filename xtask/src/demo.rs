@@ -100,7 +100,7 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
     println!("\n== installing the CRDs generated from the Rust types");
     let crds = demo.root.join("deploy/crds").display().to_string();
     demo.show(&["apply", "--server-side", "--force-conflicts", "-f", &crds])?;
-    // Seed 004's group too, which a cluster installs only when it uses it (see the README).
+    // Seed 004's group too, which a cluster installs only when it uses it (see docs/controllers.md).
     let example_com = demo.root.join("deploy/crds/example.com").display().to_string();
     demo.show(&["apply", "--server-side", "--force-conflicts", "-f", &example_com])?;
     // Multus is not installed here: its NetworkAttachmentDefinition CRD stands in for it, so the

@@ -154,13 +154,13 @@ async fn the_rules_select_the_monitors_job_and_link_runbooks_when_told_where() {
     }
 }
 
-/// The metric families the README's table lists (the table a unit test holds to /metrics).
+/// The metric families docs/operating.md's table lists (the table a unit test holds to /metrics).
 fn documented_families() -> BTreeSet<String> {
-    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(Path::new(ROOT).join("docs/operating.md")).unwrap();
     let table = readme
         .split("<!-- metrics-table")
         .nth(1)
-        .expect("the README's metrics table");
+        .expect("the metrics table of docs/operating.md");
     table
         .lines()
         .skip(3)
@@ -224,7 +224,7 @@ fn the_dashboard_is_well_formed_and_queries_only_exported_metrics() {
                 .unwrap_or(&family);
             assert!(
                 family == "up" || families.contains(&family) || families.contains(base),
-                "{name}: {family} is not a metric the README lists"
+                "{name}: {family} is not a metric docs/operating.md lists"
             );
         }
         assert!(expr.contains("job=~\"$job\""), "{name}: selects $job");
