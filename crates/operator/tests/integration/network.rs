@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResourceExt, ResourceExt};
+use kube::{Client, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
 use sample_operator::ControllerName;
 use sample_operator::network::backend::multus::{self, NetworkAttachmentDefinition};
@@ -20,7 +20,8 @@ use sample_operator_api::ip::IpFamily;
 use serde_json::json;
 
 use crate::support::{
-    Operator, client_with_crds, config, events_about, network, store_despite_schema, wait_for_event,
+    Operator, assert_quiet_across_resyncs_and_restarts, client_with_crds, config, events_about, network,
+    store_despite_schema, wait_for_event,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -31,6 +32,27 @@ const NAD_CRD: &str = include_str!("../../../../deploy/testing/network-attachmen
 /// Marks the NetworkAttachmentDefinition CRD as the tests' copy: a cluster's own (a real
 /// Multus, with `SAMPLE_OPERATOR_TEST_CLUSTER=existing`) is never replaced or deleted.
 const TEST_COPY_LABEL: &str = "sample-operator.dev/test";
+
+/// Where most tests start: the CRDs, the attachment-definition CRD held installed, and a
+/// namespace of the test's own.
+struct Scene {
+    client: Client,
+    ns: TestNamespace,
+    _crd: NadCrd,
+}
+
+impl Scene {
+    async fn new(namespace_prefix: &str) -> Self {
+        let client = client_with_crds().await;
+        let crd = NadCrd::installed(&client).await;
+        let ns = TestNamespace::create(&client, namespace_prefix).await;
+        Self {
+            client,
+            ns,
+            _crd: crd,
+        }
+    }
+}
 
 /// Holds the NetworkAttachmentDefinition CRD in the state a test needs until dropped.
 pub(crate) struct NadCrd {
@@ -158,9 +180,7 @@ pub(crate) async fn set_cidr(networks: &Api<Network>, name: &str, cidr: &str, ga
 
 #[tokio::test]
 async fn the_seeds_network_is_synced_to_an_owned_attachment_definition() {
-    let client = client_with_crds().await;
-    let _crd = NadCrd::installed(&client).await;
-    let ns = TestNamespace::create(&client, "net-basic").await;
+    let Scene { client, ns, _crd } = Scene::new("net-basic").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     testing::create_manifest(&client, &ns.name, NETWORK_SAMPLE)
         .await
@@ -222,9 +242,7 @@ async fn the_seeds_network_is_synced_to_an_owned_attachment_definition() {
 
 #[tokio::test]
 async fn ipv6_and_the_smallest_prefixes_report_their_canonical_form_and_size() {
-    let client = client_with_crds().await;
-    let _crd = NadCrd::installed(&client).await;
-    let ns = TestNamespace::create(&client, "net-families").await;
+    let Scene { client: _, ns, _crd } = Scene::new("net-families").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     let cases = [
@@ -304,9 +322,7 @@ async fn ipv6_and_the_smallest_prefixes_report_their_canonical_form_and_size() {
 
 #[tokio::test]
 async fn the_newer_of_two_overlapping_networks_is_refused_until_the_older_is_deleted() {
-    let client = client_with_crds().await;
-    let _crd = NadCrd::installed(&client).await;
-    let ns = TestNamespace::create(&client, "net-conflict").await;
+    let Scene { client, ns, _crd } = Scene::new("net-conflict").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     let nads = ns.api::<NetworkAttachmentDefinition>();
@@ -376,9 +392,7 @@ async fn the_newer_of_two_overlapping_networks_is_refused_until_the_older_is_del
 
 #[tokio::test]
 async fn a_conflict_follows_changes_of_either_network() {
-    let client = client_with_crds().await;
-    let _crd = NadCrd::installed(&client).await;
-    let ns = TestNamespace::create(&client, "net-move").await;
+    let Scene { client: _, ns, _crd } = Scene::new("net-move").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     let nads = ns.api::<NetworkAttachmentDefinition>();
@@ -499,9 +513,7 @@ async fn networks_in_different_namespaces_may_overlap() {
 
 #[tokio::test]
 async fn hand_edits_of_the_attachment_definition_are_reverted() {
-    let client = client_with_crds().await;
-    let _crd = NadCrd::installed(&client).await;
-    let ns = TestNamespace::create(&client, "net-drift").await;
+    let Scene { client: _, ns, _crd } = Scene::new("net-drift").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     networks
@@ -558,9 +570,7 @@ async fn hand_edits_of_the_attachment_definition_are_reverted() {
 
 #[tokio::test]
 async fn an_attachment_definition_the_network_does_not_own_is_never_taken_or_deleted() {
-    let client = client_with_crds().await;
-    let _crd = NadCrd::installed(&client).await;
-    let ns = TestNamespace::create(&client, "net-foreign").await;
+    let Scene { client, ns, _crd } = Scene::new("net-foreign").await;
     let nads = ns.api::<NetworkAttachmentDefinition>();
     let foreign: NetworkAttachmentDefinition = serde_json::from_value(json!({
         "apiVersion": "k8s.cni.cncf.io/v1",
@@ -674,9 +684,7 @@ async fn without_the_crd_networks_report_backend_unavailable_and_recover_once_it
 
 #[tokio::test]
 async fn a_network_deleted_while_the_operator_is_down_is_cleaned_up_when_it_returns() {
-    let client = client_with_crds().await;
-    let _crd = NadCrd::installed(&client).await;
-    let ns = TestNamespace::create(&client, "net-offline-delete").await;
+    let Scene { client: _, ns, _crd } = Scene::new("net-offline-delete").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     let nads = ns.api::<NetworkAttachmentDefinition>();
@@ -720,10 +728,16 @@ async fn a_network_deleted_while_the_operator_is_down_is_cleaned_up_when_it_retu
 
 #[tokio::test]
 async fn a_network_that_slipped_past_admission_is_reported_and_not_retried() {
-    let client = client_with_crds().await;
-    let _crd = NadCrd::installed(&client).await;
-    let ns = TestNamespace::create(&client, "net-invalid").await;
-    store_network_the_schema_refuses(&client, &ns.name, network("stale", "192.168.0.0/16", "10.0.0.1")).await;
+    let Scene { client, ns, _crd } = Scene::new("net-invalid").await;
+    // Stored as if before the schema had its CEL rules.
+    let stale = network("stale", "192.168.0.0/16", "10.0.0.1");
+    store_despite_schema(&client, &ns.name, &stale, |spec| {
+        spec.x_kubernetes_validations = None;
+        for field in spec.properties.as_mut().unwrap().values_mut() {
+            field.x_kubernetes_validations = None;
+        }
+    })
+    .await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
 
@@ -755,30 +769,9 @@ async fn a_network_that_slipped_past_admission_is_reported_and_not_retried() {
     ns.delete().await;
 }
 
-/// Stores a Network that the current schema would refuse, as if it had been created before the
-/// schema had the rules: the CRD is relaxed for a moment, then restored.
-async fn store_network_the_schema_refuses(client: &Client, namespace: &str, invalid: Network) {
-    let mut relaxed = Network::crd();
-    let schema = relaxed.spec.versions[0]
-        .schema
-        .as_mut()
-        .unwrap()
-        .open_api_v3_schema
-        .as_mut()
-        .unwrap();
-    let spec = schema.properties.as_mut().unwrap().get_mut("spec").unwrap();
-    spec.x_kubernetes_validations = None;
-    for field in spec.properties.as_mut().unwrap().values_mut() {
-        field.x_kubernetes_validations = None;
-    }
-    store_despite_schema(client, namespace, relaxed, &invalid).await;
-}
-
 #[tokio::test]
 async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
-    let client = client_with_crds().await;
-    let _crd = NadCrd::installed(&client).await;
-    let ns = TestNamespace::create(&client, "net-steady").await;
+    let Scene { client: _, ns, _crd } = Scene::new("net-steady").await;
     let mut config = config(Some(&ns.name), &[ControllerName::Network]);
     config.runtime.resync = Some(Duration::from_secs(1));
     let operator = Operator::start_with(config.clone()).await;
@@ -807,24 +800,7 @@ async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
         wait_synced(&networks, name, TIMEOUT).await;
     }
     wait_refused(&networks, "steady-refused", "CIDRConflict", TIMEOUT).await;
-    // Let the last writes and their watch events settle.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
-    let before = operator.requests();
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let during = operator.requests().since(&before);
-    assert_eq!(during.writes(), 0, "writes during five resyncs: {during:?}");
-    operator.stop().await;
-
-    let restarted = Operator::start_with(config).await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let after_restart = restarted.requests();
-    assert!(after_restart.get > 0, "the restarted operator did not even list");
-    assert_eq!(
-        after_restart.writes(),
-        0,
-        "writes after a restart: {after_restart:?}"
-    );
-    restarted.stop().await;
+    let restarts = [config.runtime.initial_list];
+    assert_quiet_across_resyncs_and_restarts(operator, &config, &restarts, async |_| {}).await;
     ns.delete().await;
 }

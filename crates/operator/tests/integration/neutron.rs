@@ -102,6 +102,43 @@ fn backend_requests_of(metrics: &str, resource: &str) -> u64 {
     metric_sum(metrics, BACKEND_REQUESTS, &[("resource", resource)]) as u64
 }
 
+/// Whether a test may share the test bed with others, or changes it (stops or restarts
+/// neutron-server) and needs it alone.
+#[derive(Clone, Copy)]
+enum Bed {
+    Shared,
+    Exclusive,
+}
+
+/// Where most tests start: the CRDs, the test bed (held as `bed` says), an admin session to
+/// read Neutron with, and a namespace of the test's own with its Networks.
+struct Scene {
+    client: kube::Client,
+    bed: local_cluster::openstack::OpenStack,
+    _hold: testing::OpenStackGuard,
+    admin: Session,
+    ns: TestNamespace,
+    api: Api<Network>,
+}
+
+impl Scene {
+    async fn new(namespace_prefix: &str, bed: Bed) -> Self {
+        let client = client_with_crds().await;
+        let (bed, hold) = test_bed(matches!(bed, Bed::Exclusive)).await;
+        let admin = admin(&bed);
+        let ns = TestNamespace::create(&client, namespace_prefix).await;
+        let api = ns.api();
+        Self {
+            client,
+            bed,
+            _hold: hold,
+            admin,
+            ns,
+            api,
+        }
+    }
+}
+
 /// The test bed, started once per test process, and this test's hold on it.
 async fn test_bed(exclusive: bool) -> (local_cluster::openstack::OpenStack, testing::OpenStackGuard) {
     let bed = testing::openstack().await;
@@ -213,11 +250,14 @@ async fn finish(api: &Api<Network>, operator: NeutronOperator, ns: TestNamespace
 
 #[tokio::test]
 async fn the_seed_network_lives_in_neutron_and_follows_its_gateway_until_deleted() {
-    let client = client_with_crds().await;
-    let (bed, _hold) = test_bed(false).await;
-    let admin = admin(&bed);
-    let ns = TestNamespace::create(&client, "neutron-seed").await;
-    let api: Api<Network> = ns.api();
+    let Scene {
+        client,
+        bed,
+        _hold,
+        admin,
+        ns,
+        api,
+    } = Scene::new("neutron-seed", Bed::Shared).await;
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
 
     // The seed's own sample, unchanged.
@@ -284,11 +324,14 @@ async fn the_seed_network_lives_in_neutron_and_follows_its_gateway_until_deleted
 
 #[tokio::test]
 async fn a_foreign_network_of_the_same_name_is_never_touched() {
-    let client = client_with_crds().await;
-    let (bed, _hold) = test_bed(false).await;
-    let admin = admin(&bed);
-    let ns = TestNamespace::create(&client, "neutron-foreign").await;
-    let api: Api<Network> = ns.api();
+    let Scene {
+        client,
+        bed,
+        _hold,
+        admin,
+        ns,
+        api,
+    } = Scene::new("neutron-foreign", Bed::Shared).await;
     let name = format!("{}/blue", ns.name);
     // Somebody's network in the operator's project, with the name ours would have, and no tags.
     let foreign = openstack_as(&bed, PASSWORD_CLOUD, &["network", "create", &name, "-f", "json"]).await;
@@ -317,11 +360,14 @@ async fn a_foreign_network_of_the_same_name_is_never_touched() {
 
 #[tokio::test]
 async fn hand_edits_and_deletions_are_repaired_and_a_steady_resync_writes_nothing() {
-    let client = client_with_crds().await;
-    let (bed, _hold) = test_bed(false).await;
-    let admin = admin(&bed);
-    let ns = TestNamespace::create(&client, "neutron-drift").await;
-    let api: Api<Network> = ns.api();
+    let Scene {
+        client: _,
+        bed,
+        _hold,
+        admin,
+        ns,
+        api,
+    } = Scene::new("neutron-drift", Bed::Shared).await;
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
     api.create(
         &PostParams::default(),
@@ -397,11 +443,14 @@ async fn hand_edits_and_deletions_are_repaired_and_a_steady_resync_writes_nothin
 
 #[tokio::test]
 async fn a_new_prefix_is_a_new_subnet_on_the_same_network() {
-    let client = client_with_crds().await;
-    let (bed, _hold) = test_bed(false).await;
-    let admin = admin(&bed);
-    let ns = TestNamespace::create(&client, "neutron-prefix").await;
-    let api: Api<Network> = ns.api();
+    let Scene {
+        client: _,
+        bed,
+        _hold,
+        admin,
+        ns,
+        api,
+    } = Scene::new("neutron-prefix", Bed::Shared).await;
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
     // Host bits in the spec: Neutron keeps 10.63.1.0/24, and that is no drift.
     api.create(
@@ -436,11 +485,14 @@ async fn a_new_prefix_is_a_new_subnet_on_the_same_network() {
 
 #[tokio::test]
 async fn while_neutron_is_down_networks_report_it_and_nothing_is_lost() {
-    let client = client_with_crds().await;
-    let (bed, _hold) = test_bed(true).await;
-    let admin = admin(&bed);
-    let ns = TestNamespace::create(&client, "neutron-down").await;
-    let api: Api<Network> = ns.api();
+    let Scene {
+        client,
+        bed,
+        _hold,
+        admin,
+        ns,
+        api,
+    } = Scene::new("neutron-down", Bed::Exclusive).await;
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
     for (name, third) in [("a", 1), ("b", 2), ("c", 3)] {
         api.create(
@@ -633,11 +685,14 @@ async fn wrong_credentials_then_a_quota_then_a_revoked_token_are_reported_and_re
 #[tokio::test]
 async fn two_hundred_networks_converge_and_a_restart_over_them_writes_nothing() {
     const N: usize = 200;
-    let client = client_with_crds().await;
-    let (bed, _hold) = test_bed(false).await;
-    let admin = admin(&bed);
-    let ns = TestNamespace::create(&client, "neutron-200").await;
-    let api: Api<Network> = ns.api();
+    let Scene {
+        client: _,
+        bed,
+        _hold,
+        admin,
+        ns,
+        api,
+    } = Scene::new("neutron-200", Bed::Shared).await;
     for i in 0..N {
         let (hi, lo) = (i / 256, i % 256);
         api.create(
@@ -743,11 +798,14 @@ where
 /// configure it: first with an application credential, then with a token.
 #[tokio::test]
 async fn the_binary_takes_its_cloud_from_os_variables_with_a_credential_or_a_token() {
-    let client = client_with_crds().await;
-    let (bed, _hold) = test_bed(false).await;
-    let admin = admin(&bed);
-    let ns = TestNamespace::create(&client, "neutron-env").await;
-    let api: Api<Network> = ns.api();
+    let Scene {
+        client,
+        bed,
+        _hold,
+        admin,
+        ns,
+        api,
+    } = Scene::new("neutron-env", Bed::Shared).await;
     let dir = std::env::temp_dir().join(&ns.name);
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = crate::support::operator_kubeconfig(&client, &dir).await;
@@ -860,11 +918,14 @@ async fn the_binary_takes_its_cloud_from_os_variables_with_a_credential_or_a_tok
 /// Network stays, says why, and goes once the port is gone; the port is never touched.
 #[tokio::test]
 async fn a_network_in_use_is_not_deleted_until_its_ports_are_gone() {
-    let client = client_with_crds().await;
-    let (bed, _hold) = test_bed(false).await;
-    let admin = admin(&bed);
-    let ns = TestNamespace::create(&client, "neutron-in-use").await;
-    let api: Api<Network> = ns.api();
+    let Scene {
+        client,
+        bed,
+        _hold,
+        admin,
+        ns,
+        api,
+    } = Scene::new("neutron-in-use", Bed::Shared).await;
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
     api.create(
         &PostParams::default(),

@@ -5,11 +5,13 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use local_cluster::testing;
 use sample_operator::runtime::RuntimeConfig;
 use sample_operator::runtime::requests::{RequestCounter, RequestCounts};
+use sample_operator::runtime::watch::InitialList;
 use sample_operator::{ControllerName, RunConfig};
 use tokio::sync::RwLock;
 
@@ -96,6 +98,44 @@ impl Operator {
     }
 }
 
+/// The steady state, once every object `operator` reconciles has converged: across five
+/// resyncs (its `config` resyncs every second) it sends no write, and an operator restarted
+/// over the same objects, once with each way of fetching the first list in `restarts`, lists
+/// and writes nothing either. `restarted` runs on each restarted operator before it stops.
+pub async fn assert_quiet_across_resyncs_and_restarts(
+    operator: Operator,
+    config: &RunConfig,
+    restarts: &[InitialList],
+    mut restarted: impl AsyncFnMut(InitialList),
+) {
+    // Let the last status writes and their watch events settle.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = operator.requests();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let during = operator.requests().since(&before);
+    assert_eq!(during.writes(), 0, "writes during five resyncs: {during:?}");
+    operator.stop().await;
+
+    for &initial_list in restarts {
+        let mut config = config.clone();
+        config.runtime.initial_list = initial_list;
+        let operator = Operator::start_with(config).await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let after_restart = operator.requests();
+        assert!(
+            after_restart.get > 0,
+            "{initial_list:?}: the restarted operator did not even list"
+        );
+        assert_eq!(
+            after_restart.writes(),
+            0,
+            "{initial_list:?}: writes after a restart: {after_restart:?}"
+        );
+        restarted(initial_list).await;
+        operator.stop().await;
+    }
+}
+
 /// Events (events.k8s.io) about the object `name` in `namespace`.
 pub async fn events_about(client: &Client, namespace: &str, name: &str) -> Vec<Event> {
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
@@ -173,21 +213,33 @@ pub async fn operator_kubeconfig(client: &Client, dir: &std::path::Path) -> std:
 }
 
 /// Stores `object`, which the current schema refuses, as if it had been created before the
-/// schema had its rules: the CRD is replaced by `relaxed` for a moment, then restored. The
-/// apiserver picks up a changed CRD schema shortly after the update, not with it, so the create
-/// is retried while the old schema still answers.
+/// schema had its rules: `relax` loosens the schema of `K`'s spec, the CRD is replaced by the
+/// loosened one for a moment, then restored. The apiserver picks up a changed CRD schema
+/// shortly after the update, not with it, so the create is retried while the old schema still
+/// answers.
 pub async fn store_despite_schema<K>(
     client: &Client,
     namespace: &str,
-    relaxed: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     object: &K,
+    relax: impl FnOnce(&mut JSONSchemaProps),
 ) where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + kube::CustomResourceExt
         + Clone
         + serde::de::DeserializeOwned
         + serde::Serialize
         + std::fmt::Debug,
 {
+    let mut relaxed = K::crd();
+    let schema = relaxed.spec.versions[0]
+        .schema
+        .as_mut()
+        .and_then(|s| s.open_api_v3_schema.as_mut());
+    let spec = schema
+        .and_then(|s| s.properties.as_mut())
+        .and_then(|p| p.get_mut("spec"))
+        .expect("the CRD has a schema of its spec");
+    relax(spec);
     let _exclusive = SCHEMA.write().await;
     testing::install_crds(client, &[relaxed])
         .await
