@@ -9,23 +9,24 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::kubeconfig::write_kubeconfig;
 use crate::lock::FileLock;
+use crate::network::SERVICE_CIDR;
 use crate::paths;
-use crate::pki::{self, Identity, Pki};
+use crate::pki::{self, Pki};
 use crate::process::{Component, free_port};
 use crate::toolchain::{self, Binaries};
+use crate::wait::wait_for;
 
 /// How many fake nodes `up` registers.
 pub const NODES: usize = 3;
-/// Service addresses; the apiserver's certificate names the first one.
-pub(crate) const SERVICE_CIDR: &str = "10.0.0.0/24";
 /// The annotation that marks the nodes kwok plays.
 const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 
@@ -420,40 +421,6 @@ impl LocalCluster {
     }
 }
 
-/// Polls `check` every 250 ms until it returns `Ok(Some(value))`, failing early with the log
-/// tail of any component that died, or after `timeout` with the last thing `check` reported.
-pub(crate) async fn wait_for<T, F, Fut>(
-    what: &str,
-    timeout: Duration,
-    components: &[Component],
-    mut check: F,
-) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = std::result::Result<Option<T>, String>>,
-{
-    let start = Instant::now();
-    let mut last_seen = String::from("nothing yet");
-    loop {
-        for component in components {
-            component.check()?;
-        }
-        match check().await {
-            Ok(Some(value)) => return Ok(value),
-            Ok(None) => {}
-            Err(seen) => last_seen = seen,
-        }
-        if start.elapsed() > timeout {
-            return Err(Error::Timeout {
-                what: what.into(),
-                seconds: timeout.as_secs(),
-                last_seen,
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 fn etcd_args(data_dir: &Path, port: u16, peer_port: u16, large: bool) -> Vec<String> {
     let client = format!("http://127.0.0.1:{port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
@@ -595,40 +562,6 @@ fn write_kwok_stages(kwok_module: &Path, dest: &Path) -> Result<()> {
         all.push('\n');
     }
     std::fs::write(dest, all).map_err(|e| Error::io(dest, e))
-}
-
-/// A kubeconfig at `path` for `id`, with the certificate files `pki` holds for it.
-pub(crate) fn write_kubeconfig(path: &Path, server: &str, pki: &Pki, id: &Identity) -> Result<()> {
-    let text = kubeconfig_yaml(server, &pki.ca_cert(), &pki.client_cert(id), &pki.client_key(id));
-    std::fs::write(path, text).map_err(|e| Error::io(path, e))
-}
-
-fn kubeconfig_yaml(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: sample-operator-local
-  cluster:
-    server: {server}
-    certificate-authority: {ca}
-contexts:
-- name: sample-operator-local
-  context:
-    cluster: sample-operator-local
-    user: sample-operator-local
-    namespace: default
-current-context: sample-operator-local
-users:
-- name: sample-operator-local
-  user:
-    client-certificate: {cert}
-    client-key: {key}
-",
-        ca = ca.display(),
-        cert = cert.display(),
-        key = key.display(),
-    )
 }
 
 async fn readyz(client: &kube::Client) -> std::result::Result<(), String> {

@@ -13,7 +13,9 @@
 mod cluster;
 mod error;
 pub mod image;
+mod kubeconfig;
 mod lock;
+mod network;
 pub mod node;
 pub mod openstack;
 pub mod paths;
@@ -21,6 +23,7 @@ mod pki;
 mod process;
 pub mod testing;
 pub mod toolchain;
+mod wait;
 
 pub use cluster::{LocalCluster, NODES, State, UpOptions};
 pub use error::{Error, Result};

@@ -23,12 +23,14 @@ use kube::api::{Api, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::cluster::{SERVICE_CIDR, wait_for, write_kubeconfig};
 use crate::error::{Error, Result};
 use crate::image;
+use crate::kubeconfig::write_kubeconfig;
+use crate::network::SERVICE_CIDR;
 use crate::pki::{self, Identity, Pki};
 use crate::process::Component;
 use crate::toolchain::NodeBinaries;
+use crate::wait::wait_for;
 
 /// The node's name, which its kubelet certificate carries (`system:node:<name>`).
 pub const NODE_NAME: &str = "real-node-0";

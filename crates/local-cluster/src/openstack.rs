@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::wait_for;
 use crate::error::{Error, Result};
 use crate::lock::FileLock;
 use crate::paths;
 use crate::process::{Component, free_port};
+use crate::wait::wait_for;
 
 /// The region the network endpoint is registered in.
 pub const REGION: &str = "RegionOne";
