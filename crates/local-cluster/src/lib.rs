@@ -20,7 +20,7 @@ pub mod node;
 pub mod openstack;
 pub mod paths;
 mod pki;
-mod process;
+pub mod process;
 pub mod testing;
 pub mod toolchain;
 mod wait;
