@@ -22,6 +22,7 @@ use crate::network::SERVICE_CIDR;
 use crate::paths;
 use crate::pki::{self, Pki};
 use crate::process::{Component, free_port};
+use crate::state_file::StateFile;
 use crate::toolchain::{self, Binaries};
 use crate::wait::wait_for;
 
@@ -95,8 +96,8 @@ impl LocalCluster {
         self.dir.join("logs")
     }
 
-    fn state_file(&self) -> PathBuf {
-        self.dir.join("state.json")
+    fn state_file(&self) -> StateFile<State> {
+        StateFile::in_dir(&self.dir, "state")
     }
 
     fn lock(&self) -> Result<FileLock> {
@@ -105,8 +106,7 @@ impl LocalCluster {
 
     /// The recorded state, if a cluster was started here.
     pub fn state(&self) -> Option<State> {
-        let text = std::fs::read_to_string(self.state_file()).ok()?;
-        serde_json::from_str(&text).ok()
+        self.state_file().load()
     }
 
     /// The client configuration of the admin kubeconfig.
@@ -253,7 +253,7 @@ impl LocalCluster {
         let server = format!("https://127.0.0.1:{apiserver_port}");
         let record = |started: &mut Vec<Component>, c: Component| -> Result<()> {
             started.push(c);
-            self.write_state(&State {
+            self.state_file().save(&State {
                 server: server.clone(),
                 kubernetes_version: bin.kubernetes_version.clone(),
                 components: started.clone(),
@@ -354,15 +354,6 @@ impl LocalCluster {
         self.state().ok_or(Error::NotRunning)
     }
 
-    fn write_state(&self, state: &State) -> Result<()> {
-        let path = self.state_file();
-        let text = serde_json::to_string_pretty(state).map_err(|e| Error::Encode {
-            what: "state".into(),
-            message: e.to_string(),
-        })?;
-        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
-    }
-
     /// Stops one component and starts it again with the same arguments, as an outage would;
     /// for the kube-apiserver, waits until it is ready again. For tests of reconnection.
     pub async fn restart(&self, name: &str) -> Result<()> {
@@ -384,7 +375,7 @@ impl LocalCluster {
         old.stop(Duration::from_secs(10));
         let new = Component::start_with_env(&old.name, &old.binary, &old.args, &old.env, &self.logs_dir())?;
         state.components[position] = new;
-        self.write_state(&state)?;
+        self.state_file().save(&state)?;
         if name == "kube-apiserver" {
             let client = self.client().await?;
             wait_for(

@@ -21,6 +21,7 @@ pub mod openstack;
 pub mod paths;
 mod pki;
 pub mod process;
+mod state_file;
 pub mod testing;
 pub mod toolchain;
 mod wait;

@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::lock::FileLock;
 use crate::paths;
 use crate::process::{Component, free_port};
+use crate::state_file::StateFile;
 use crate::wait::wait_for;
 
 /// The region the network endpoint is registered in.
@@ -89,8 +90,8 @@ impl OpenStack {
         self.cluster_dir.join("clouds.yaml")
     }
 
-    fn state_file(&self) -> PathBuf {
-        self.dir().join("state.json")
+    fn state_file(&self) -> StateFile<OpenStackState> {
+        StateFile::in_dir(&self.dir(), "the OpenStack state")
     }
 
     fn lock(&self) -> Result<FileLock> {
@@ -98,17 +99,7 @@ impl OpenStack {
     }
 
     pub fn state(&self) -> Option<OpenStackState> {
-        let text = std::fs::read_to_string(self.state_file()).ok()?;
-        serde_json::from_str(&text).ok()
-    }
-
-    fn write_state(&self, state: &OpenStackState) -> Result<()> {
-        let path = self.state_file();
-        let text = serde_json::to_string_pretty(state).map_err(|e| Error::Encode {
-            what: "the OpenStack state".into(),
-            message: e.to_string(),
-        })?;
-        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
+        self.state_file().load()
     }
 
     /// Keystone's URL, such as `http://127.0.0.1:40123/v3`; panics when the test bed is not up.
@@ -353,7 +344,7 @@ impl OpenStack {
             components: started.clone(),
             openstack,
         };
-        self.write_state(&state)?;
+        self.state_file().save(&state)?;
         self.wait_for_neutron(&state).await?;
         // Neutron's default quota, 100 networks, is less than the tests create at once; the
         // quota tests make projects of their own with small quotas.
@@ -415,7 +406,7 @@ impl OpenStack {
         let old = state.components[position].clone();
         old.stop(Duration::from_secs(10));
         state.components[position] = Component::start(&old.name, &old.binary, &old.args, &self.logs_dir())?;
-        self.write_state(&state)?;
+        self.state_file().save(&state)?;
         self.wait_for_neutron(&state).await
     }
 

@@ -309,7 +309,7 @@ impl RealNode {
         let left = leftovers(&state, &self.dir);
         errors.extend(left);
         if errors.is_empty() {
-            let _ = std::fs::remove_file(self.state_file());
+            self.state_file().remove();
             Ok(())
         } else {
             Err(Error::Node(format!(

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::image;
 use crate::process::{self, Component};
+use crate::state_file::StateFile;
 
 pub use host::leftovers;
 pub(crate) use host::mounts_under;
@@ -82,22 +83,16 @@ impl RealNode {
         &self.dir
     }
 
-    fn state_file(&self) -> PathBuf {
-        self.dir.join("state.json")
+    fn state_file(&self) -> StateFile<NodeState> {
+        StateFile::in_dir(&self.dir, "node state")
     }
 
     pub fn state(&self) -> Option<NodeState> {
-        let text = std::fs::read_to_string(self.state_file()).ok()?;
-        serde_json::from_str(&text).ok()
+        self.state_file().load()
     }
 
     fn save(&self, state: &NodeState) -> Result<()> {
-        let path = self.state_file();
-        let text = serde_json::to_string_pretty(state).map_err(|e| Error::Encode {
-            what: "node state".into(),
-            message: e.to_string(),
-        })?;
-        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
+        self.state_file().save(state)
     }
 
     pub fn containerd_socket(&self) -> PathBuf {
