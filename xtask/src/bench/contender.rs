@@ -11,110 +11,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use local_cluster::toolchain::go_command;
 use local_cluster::{Component, paths};
-use serde::{Deserialize, Serialize};
 
-use super::run::Scenario;
-
-/// Concurrent reconciles of our operator by default, which the ceiling copies.
-pub const OPERATOR_CONCURRENCY: usize = 16;
-
-/// The largest N for sample-controller in the timed scenarios: its client-side rate limit lets
-/// it write about 5 Foo statuses a second, so 1,000 Foos take three to four minutes.
-pub const RATE_LIMITED_CAP: usize = 1000;
-
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Contender {
-    /// Our operator: `sample-operator run --initial-list=list`, release build: paged lists, as
-    /// it ran before `auto` (which streams on this apiserver, as the next row) was its default.
-    Ours,
-    /// Ours with `--initial-list=stream`: every watch's first list streamed (WatchList).
-    OursStreaming,
-    /// kubernetes/sample-controller at the matching release, with its defaults.
-    SampleController,
-    /// The Foo controller on controller-runtime in bench/go, with controller-runtime's defaults.
-    ControllerRuntime,
-    /// sample-controller as its users tune it: as many workers as our `--concurrency`, and no
-    /// client-side rate limit (flags patched in at build time, see `SAMPLE_CONTROLLER_TUNING`).
-    SampleControllerTuned,
-    /// controller-runtime as its users tune it: `MaxConcurrentReconciles` equal to our
-    /// `--concurrency`, managedFields stripped from the cache, and only its own Deployments
-    /// cached (by label).
-    ControllerRuntimeTuned,
-    /// bench/go's plain client issuing a controller's writes and nothing else.
-    Ceiling,
-}
-
-impl Contender {
-    pub const ALL: [Contender; 7] = [
-        Contender::Ours,
-        Contender::OursStreaming,
-        Contender::SampleController,
-        Contender::SampleControllerTuned,
-        Contender::ControllerRuntime,
-        Contender::ControllerRuntimeTuned,
-        Contender::Ceiling,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Contender::Ours => "sample-operator (ours)",
-            Contender::OursStreaming => "sample-operator, streaming lists (ours)",
-            Contender::SampleController => "sample-controller (Go)",
-            Contender::ControllerRuntime => "controller-runtime (Go)",
-            Contender::SampleControllerTuned => "sample-controller tuned (Go)",
-            Contender::ControllerRuntimeTuned => "controller-runtime tuned (Go)",
-            Contender::Ceiling => "ceiling (plain client)",
-        }
-    }
-
-    /// Whether a client-side rate limit, not the apiserver, sets this contender's pace.
-    pub fn is_rate_limited(self) -> bool {
-        self == Contender::SampleController
-    }
-
-    /// Our operator, however it fetches its lists.
-    pub fn is_ours(self) -> bool {
-        matches!(self, Contender::Ours | Contender::OursStreaming)
-    }
-
-    /// A peer at its defaults where a tuned one exists beside it.
-    pub fn is_untuned_peer(self) -> bool {
-        matches!(self, Contender::SampleController | Contender::ControllerRuntime)
-    }
-
-    /// A peer tuned as its users tune it.
-    pub fn is_tuned_peer(self) -> bool {
-        matches!(
-            self,
-            Contender::SampleControllerTuned | Contender::ControllerRuntimeTuned
-        )
-    }
-
-    /// One of the Go controllers (not ours, not the ceiling).
-    pub fn is_go_peer(self) -> bool {
-        matches!(
-            self,
-            Contender::SampleController
-                | Contender::SampleControllerTuned
-                | Contender::ControllerRuntime
-                | Contender::ControllerRuntimeTuned
-        )
-    }
-
-    /// The N this contender runs at: sample-controller's client-side rate limit would make
-    /// large timed runs take tens of minutes, so those are capped. Steady-state and memory runs
-    /// are not timed: it starts those on Foos the ceiling converged.
-    pub fn cap(self, scenario: Scenario, n: usize, rate_limited_cap: usize) -> usize {
-        if self.is_rate_limited() && matches!(scenario, Scenario::Backlog | Scenario::Burst) {
-            n.min(rate_limited_cap)
-        } else {
-            n
-        }
-    }
-}
+use super::model::Contender;
 
 /// How to tell that a started contender is ready: its caches synced, its workers started.
 #[derive(Clone, Copy, Debug)]
@@ -462,18 +360,6 @@ impl Fnv1a {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_sample_controller_is_capped_and_only_in_timed_scenarios() {
-        let capped = Contender::SampleController.cap(Scenario::Backlog, 5000, 300);
-        assert_eq!(capped, 300);
-        assert_eq!(
-            Contender::SampleController.cap(Scenario::Memory, 10_000, 300),
-            10_000
-        );
-        assert_eq!(Contender::Ours.cap(Scenario::Burst, 5000, 300), 5000);
-        assert_eq!(Contender::SampleController.cap(Scenario::Steady, 100, 300), 100);
-    }
 
     #[test]
     fn the_fingerprint_follows_the_sources() {
