@@ -6,9 +6,9 @@
 //! workspace.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use local_cluster::process::free_port;
 use local_cluster::toolchain::go_command;
 use local_cluster::{Component, paths};
 
@@ -26,7 +26,7 @@ pub enum Ready {
     Immediately,
 }
 
-/// Paths of the contenders' binaries; `ours` is `None` when the build has no `run` command yet.
+/// Paths of the contenders' binaries; `ours` is `None` when no run of ours is wanted.
 #[derive(Clone, Debug)]
 pub struct Contenders {
     ours: Option<PathBuf>,
@@ -40,16 +40,15 @@ impl Contenders {
         let ours = match operator_binary {
             _ if !wanted.iter().any(|c| c.is_ours()) => None,
             Some(binary) => Some(binary.to_owned()),
-            None => build_ours()?,
+            None => {
+                println!("== building sample-operator (release)");
+                Some(crate::cargo_build::operator("release", true)?)
+            }
         };
         Ok(Self {
             ours,
             go_bin: build_go_contenders()?,
         })
-    }
-
-    pub fn available(&self, contender: Contender) -> bool {
-        !contender.is_ours() || self.ours.is_some()
     }
 
     /// Starts `contender` against the cluster of `kubeconfig`, as its users run it, and says
@@ -67,7 +66,7 @@ impl Contenders {
             Contender::Ours | Contender::OursStreaming => (
                 self.ours
                     .clone()
-                    .context("sample-operator has no `run` command")?,
+                    .context("our operator was not prepared: it is not among --contenders")?,
                 vec![
                     "run".into(),
                     "--kubeconfig".into(),
@@ -140,31 +139,6 @@ impl Contenders {
         };
         Ok((Component::start(&name, &binary, &args, logs)?, ready))
     }
-}
-
-/// A free port on loopback (closed again before the contender binds it).
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// `cargo build --release -p sample-operator`, then whether the binary has `run`: the command
-/// is being written, and the benchmark runs the other contenders until it lands.
-fn build_ours() -> Result<Option<PathBuf>> {
-    println!("== building sample-operator (release)");
-    let binary = crate::cargo_build::operator("release", true)?;
-    let has_run = Command::new(&binary)
-        .args(["run", "--help"])
-        .output()
-        .with_context(|| format!("running {}", binary.display()))?
-        .status
-        .success();
-    if !has_run {
-        println!(
-            "   SKIPPING our operator: {} has no `run` command (the benchmark calls `sample-operator run --kubeconfig PATH --controllers=foo`)",
-            binary.display()
-        );
-    }
-    Ok(has_run.then_some(binary))
 }
 
 /// The Go module's folder.
