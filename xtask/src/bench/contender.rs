@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use local_cluster::process::free_port;
+use local_cluster::process::{self, free_port};
 use local_cluster::toolchain::go_command;
 use local_cluster::{Component, paths};
 
@@ -232,34 +232,27 @@ fn build_go_contenders() -> Result<PathBuf> {
     let staging = dest.with_extension("partial");
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)?;
-    let status = go_command(&module)
-        .args(["build", "-trimpath", "-o"])
-        // A trailing slash makes `go build -o` write every binary into the folder.
-        .arg(format!("{}/", staging.display()))
-        .args([
-            "k8s.io/sample-controller",
-            "./cmd/controller-runtime-foo",
-            "./cmd/ceiling",
-        ])
-        .status()
-        .context("running go build; install Go 1.26 or newer")?;
-    if !status.success() {
-        bail!("go build in {} failed", module.display());
-    }
+    process::run(
+        go_command(&module)
+            .args(["build", "-trimpath", "-o"])
+            // A trailing slash makes `go build -o` write every binary into the folder.
+            .arg(format!("{}/", staging.display()))
+            .args([
+                "k8s.io/sample-controller",
+                "./cmd/controller-runtime-foo",
+                "./cmd/ceiling",
+            ]),
+    )
+    .context("building the Go contenders; Go 1.26 or newer is needed")?;
     let tuned = staging.join("sample-controller-tuned-src");
     tuned_sample_controller_source(&module, &tuned)?;
-    let status = go_command(&tuned)
-        .args(["build", "-trimpath", "-o"])
-        .arg(staging.join("sample-controller-tuned"))
-        .arg(".")
-        .status()
-        .context("running go build")?;
-    if !status.success() {
-        bail!(
-            "go build of the tuned sample-controller in {} failed",
-            tuned.display()
-        );
-    }
+    process::run(
+        go_command(&tuned)
+            .args(["build", "-trimpath", "-o"])
+            .arg(staging.join("sample-controller-tuned"))
+            .arg("."),
+    )
+    .context("building the tuned sample-controller")?;
     std::fs::remove_dir_all(&tuned)?;
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::rename(&staging, &dest)?;
@@ -267,15 +260,7 @@ fn build_go_contenders() -> Result<PathBuf> {
 }
 
 fn go_output(dir: &Path, args: &[&str]) -> Result<String> {
-    let output = go_command(dir).args(args).output().context("running go")?;
-    if !output.status.success() {
-        bail!(
-            "go {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    Ok(process::output(go_command(dir).args(args))?.trim().to_owned())
 }
 
 /// FNV-1a over the module's go.mod, go.sum and Go sources (in path order) and the Go version:

@@ -25,11 +25,7 @@ pub(super) const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 
 /// Makes the jump to the guard the first rule of FORWARD, and the only jump to it.
 pub(super) fn put_guard_first() -> Result<()> {
-    while Command::new("iptables")
-        .args(["-D", "FORWARD", "-j", GUARD_CHAIN])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {}
+    while run(Command::new("iptables").args(["-D", "FORWARD", "-j", GUARD_CHAIN])).is_ok() {}
     run(Command::new("iptables").args(["-I", "FORWARD", "1", "-j", GUARD_CHAIN]))?;
     Ok(())
 }
