@@ -14,6 +14,7 @@
 //!
 //! Everything runs under `<cluster dir>/openstack/`, with the logs in its `logs/` folder.
 
+use std::hash::Hasher;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -513,9 +514,9 @@ fn python_version() -> Result<String> {
 
 /// FNV-1a: stable across Rust releases, unlike the standard library's hasher.
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
-    })
+    let mut hash = fnv::FnvHasher::default();
+    hash.write(bytes);
+    hash.finish()
 }
 
 /// Runs a setup command to its end, its output appended to `log`; fails with the log's tail.

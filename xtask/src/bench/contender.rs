@@ -5,6 +5,7 @@
 //! version), so only the first benchmark pays for the build. Ours is the release build of the
 //! workspace.
 
+use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -269,7 +270,7 @@ fn fingerprint(module: &Path, go_version: &str) -> Result<u64> {
     let mut files = vec![module.join("go.mod"), module.join("go.sum")];
     collect_go_files(&module.join("cmd"), &mut files)?;
     files.sort();
-    let mut hash = Fnv1a::default();
+    let mut hash = fnv::FnvHasher::default();
     hash.write(go_version.as_bytes());
     for (line, replacement) in SAMPLE_CONTROLLER_TUNING {
         hash.write(line.as_bytes());
@@ -285,7 +286,7 @@ fn fingerprint(module: &Path, go_version: &str) -> Result<u64> {
         );
         hash.write(&std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?);
     }
-    Ok(hash.0)
+    Ok(hash.finish())
 }
 
 fn collect_go_files(dir: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
@@ -298,22 +299,6 @@ fn collect_go_files(dir: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
         }
     }
     Ok(())
-}
-
-struct Fnv1a(u64);
-
-impl Default for Fnv1a {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv1a {
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
 }
 
 #[cfg(test)]
