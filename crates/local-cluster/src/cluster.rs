@@ -6,8 +6,6 @@
 //! the nodes are Ready; `up_with` can start etcd and kube-apiserver alone. `down` stops exactly
 //! the processes `up` recorded.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -434,15 +432,10 @@ fn etcd_args(data_dir: &Path, port: u16, peer_port: u16, large: bool) -> Vec<Str
 }
 
 fn etcd_health(port: u16) -> std::result::Result<Option<()>, String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(2)))
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).map_err(|e| e.to_string())?;
+    let url = format!("http://127.0.0.1:{port}/health");
+    let body = crate::http::get(&url, Duration::from_secs(2))
+        .map_err(|e| e.to_string())?
+        .body;
     if body.contains("\"health\":\"true\"") {
         Ok(Some(()))
     } else {

@@ -12,6 +12,7 @@
 
 mod cluster;
 mod error;
+pub mod http;
 pub mod image;
 mod kubeconfig;
 mod lock;

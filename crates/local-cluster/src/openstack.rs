@@ -16,7 +16,6 @@
 
 use std::hash::Hasher;
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::http;
 use crate::lock::FileLock;
 use crate::paths;
 use crate::process::{Component, free_port};
@@ -761,23 +761,13 @@ fn ready(url: &str, path: &str) -> std::result::Result<Option<()>, String> {
     }
 }
 
-/// The status of a plain `GET` on loopback, with a timeout: a server that accepts but never
-/// answers (no live worker) must not hang the caller.
+/// The status of a `GET` of `path` under `url` on loopback.
 fn http_status(url: &str, path: &str) -> std::result::Result<u16, String> {
     let rest = url.strip_prefix("http://").ok_or("not an http URL")?;
     let (authority, base) = rest.split_once('/').unwrap_or((rest, ""));
-    let mut stream = TcpStream::connect(authority).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
     let target = format!("/{base}{path}").replace("//", "/");
-    write!(stream, "GET {target} HTTP/1.0\r\nHost: {authority}\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).map_err(|e| e.to_string())?;
-    let line = String::from_utf8_lossy(&head);
-    line.get(9..12)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("not an HTTP answer: {line:?}"))
+    let answer = http::get(&format!("http://{authority}{target}"), Duration::from_secs(5));
+    Ok(answer.map_err(|e| e.to_string())?.status)
 }
 
 #[cfg(test)]

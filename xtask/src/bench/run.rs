@@ -101,17 +101,8 @@ fn logged_since(path: &std::path::Path, from: u64, text: &str) -> bool {
 
 /// Whether `GET /readyz` on the loopback `port` answers 200.
 fn readyz(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut response = String::new();
-    let answered = stream
-        .write_all(b"GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .and_then(|()| stream.read_to_string(&mut response))
-        .is_ok();
-    answered && (response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200"))
+    local_cluster::http::get(&format!("http://127.0.0.1:{port}/readyz"), Duration::from_secs(2))
+        .is_ok_and(|answer| answer.status == 200)
 }
 
 impl Drop for Running {
