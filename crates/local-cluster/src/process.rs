@@ -74,26 +74,16 @@ impl Component {
     /// Whether the process still runs our binary: a dead process, a zombie, or a pid reused by
     /// another program all count as not running.
     pub fn is_running(&self) -> bool {
-        let proc = PathBuf::from(format!("/proc/{}", self.pid));
-        let Ok(stat) = std::fs::read_to_string(proc.join("stat")) else {
+        let Ok(process) = procfs::process::Process::new(self.pid) else {
             return false;
         };
-        // The state follows the parenthesised command name, which may itself contain spaces.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next());
-        if matches!(state, Some("Z") | Some("X") | None) {
+        // A zombie has exited; so has a process whose stat is gone or unreadable.
+        if !process.stat().is_ok_and(|stat| !matches!(stat.state, 'Z' | 'X')) {
             return false;
         }
         // A virtualenv's `bin/python` is a link: the process runs what it points to.
         let resolved = std::fs::canonicalize(&self.binary).unwrap_or_else(|_| self.binary.clone());
-        match std::fs::read_link(proc.join("exe")) {
-            Ok(exe) => {
-                let exe = PathBuf::from(exe.to_string_lossy().trim_end_matches(" (deleted)"));
-                exe == self.binary || exe == resolved
-            }
-            Err(_) => false,
-        }
+        executable(&process).is_some_and(|exe| exe == self.binary || exe == resolved)
     }
 
     /// Fails with the tail of the log when the process is gone.
@@ -136,6 +126,15 @@ impl Component {
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
+}
+
+/// The program `process` runs, as it was started: a binary replaced since (a rebuild) is still
+/// the one it runs.
+pub(crate) fn executable(process: &procfs::process::Process) -> Option<PathBuf> {
+    let exe = process.exe().ok()?;
+    Some(PathBuf::from(
+        exe.to_string_lossy().trim_end_matches(" (deleted)"),
+    ))
 }
 
 /// A free TCP port on loopback. The listener is closed before the component binds, so a race
@@ -210,6 +209,30 @@ pub fn run(cmd: &mut Command) -> std::result::Result<(), CommandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_runs_only_while_it_runs_our_binary() {
+        let me = |binary: PathBuf| Component {
+            name: "test".into(),
+            pid: std::process::id() as i32,
+            binary,
+            log: PathBuf::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+        };
+        assert!(me(std::env::current_exe().unwrap()).is_running());
+        assert!(!me(PathBuf::from("/bin/true")).is_running());
+        let mut exited = Command::new("true").spawn().unwrap();
+        let pid = exited.id() as i32;
+        exited.wait().unwrap();
+        assert!(
+            !Component {
+                pid,
+                ..me(PathBuf::from("/bin/true"))
+            }
+            .is_running()
+        );
+    }
 
     #[test]
     fn a_failed_command_says_what_it_wrote_to_stderr() {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::{BRIDGE, GUARD_CHAIN, NodeState, run};
 use crate::error::{Error, Result};
+use crate::process::executable;
 
 /// Paths outside the node's folder that the kubelet, containerd's shims, runc or the CNI
 /// plugins use whatever they are told. Those that did not exist before `up` are removed by
@@ -189,21 +190,15 @@ pub(super) fn remove_cgroups(before: &BTreeSet<PathBuf>, errors: &mut Vec<String
 
 /// Kills the processes whose executable is `binary`.
 pub(super) fn kill_processes_running(binary: &Path) {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    let Ok(processes) = procfs::process::all_processes() else {
         return;
     };
-    for entry in entries.filter_map(|e| e.ok()) {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if let Ok(exe) = std::fs::read_link(entry.path().join("exe")) {
-            let exe = PathBuf::from(exe.to_string_lossy().trim_end_matches(" (deleted)"));
-            if exe == binary {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+    for process in processes.filter_map(|p| p.ok()) {
+        if executable(&process).is_some_and(|exe| exe == binary) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(process.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }
