@@ -11,6 +11,7 @@
 mod apiserver;
 mod chart;
 mod contender;
+mod model;
 mod proc_stats;
 mod report;
 mod run;
@@ -22,9 +23,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use local_cluster::{LocalCluster, UpOptions, paths, toolchain};
 
-use contender::{Contender, Contenders};
-use report::{Meta, Results};
-use run::{RunOptions, RunResult, RunSpec, Scenario};
+use contender::Contenders;
+use model::{Contender, Meta, Results, RunResult, RunSpec, Scenario, UNTUNED_MAX_N, runs_once};
+use run::RunOptions;
 
 /// What `--preset` sets; an option given on the command line wins over it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -34,20 +35,6 @@ pub enum Preset {
     /// Every contender and scenario at a small size, once: a few minutes, a smoke test.
     Quick,
 }
-
-/// Sizes from this one up run once, whatever `--repeats` says (see [`runs_once`]).
-const LARGE_N: usize = 50_000;
-
-/// Whether a scenario at this size is taken once, whatever `--repeats` says: from LARGE_N up a
-/// run takes many minutes, and the steady state's numbers (writes and CPU in a quiet window) do
-/// not vary from run to run the way converge times do.
-fn runs_once(scenario: Scenario, n: usize) -> bool {
-    n >= LARGE_N || scenario == Scenario::Steady
-}
-
-/// The peers at their defaults stop at this size (the tuned ones go on): their single worker,
-/// or rate limit, would take hours over 100,000 Foos.
-const UNTUNED_MAX_N: usize = 10_000;
 
 /// Options of `cargo xtask bench`. The defaults are `--preset full`, the whole benchmark, which
 /// takes hours; `--preset quick` takes minutes.
@@ -98,10 +85,10 @@ pub struct BenchArgs {
     /// Largest N for kubernetes/sample-controller in the timed scenarios. Its client-side rate
     /// limit (client-go's default 5 requests/s, burst 10) makes it converge about 5 Foos a
     /// second, so a larger N only makes the run longer.
-    #[arg(long, default_value_t = contender::RATE_LIMITED_CAP, default_value_if("preset", "quick", "100"))]
+    #[arg(long, default_value_t = model::RATE_LIMITED_CAP, default_value_if("preset", "quick", "100"))]
     rate_limited_cap: usize,
     /// Concurrent Foos of the ceiling; keep it equal to our operator's default.
-    #[arg(long, default_value_t = contender::OPERATOR_CONCURRENCY)]
+    #[arg(long, default_value_t = model::OPERATOR_CONCURRENCY)]
     concurrency: usize,
     /// A run that has not converged after this long is recorded as timed out.
     #[arg(long, default_value = "30m", default_value_if("preset", "quick", "3m"), value_parser = parse_duration)]
@@ -356,12 +343,7 @@ fn plan(args: &BenchArgs) -> Vec<RunSpec> {
     let mut plan = Vec::new();
     for repeat in 0..args.repeats {
         for &scenario in &args.scenarios {
-            let sizes: Vec<usize> = match scenario {
-                Scenario::Memory => vec![args.memory_foos],
-                Scenario::Restart => vec![args.restart_foos],
-                Scenario::Steady => args.n.iter().copied().filter(|&n| n <= UNTUNED_MAX_N).collect(),
-                Scenario::Backlog | Scenario::Burst => args.n.clone(),
-            };
+            let sizes = scenario.sizes(&args.n, args.memory_foos, args.restart_foos);
             let contenders: Vec<Contender> = args
                 .contenders
                 .iter()

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
-use local_cluster::paths;
+use anyhow::{Context, Result};
+use local_cluster::{paths, process};
 
 /// Cargo's target folder: `CARGO_TARGET_DIR`, or `target/` at the repository root.
 pub fn target_dir() -> PathBuf {
@@ -24,10 +24,7 @@ pub fn operator(profile: &str, quiet: bool) -> Result<PathBuf> {
     if quiet {
         cmd.arg("--quiet");
     }
-    let status = cmd.status().context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build -p sample-operator --profile {profile} failed");
-    }
+    process::run(&mut cmd).with_context(|| format!("building sample-operator ({profile})"))?;
     let folder = if profile == "dev" { "debug" } else { profile };
     Ok(target_dir().join(folder).join("sample-operator"))
 }

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{Context, Result, bail};
 use local_cluster::node::NODE_LABEL;
 use local_cluster::openstack::{self, OpenStack};
-use local_cluster::{LocalCluster, paths, toolchain};
+use local_cluster::{LocalCluster, paths, process, toolchain};
 
 /// Where the demo's objects live; recreated on every run so the demo can be repeated.
 const NAMESPACE: &str = "demo";
@@ -32,24 +32,12 @@ impl Demo {
     /// Runs kubectl, echoing the command line as a user would type it.
     fn show(&self, args: &[&str]) -> Result<()> {
         println!("\n$ kubectl {}", args.join(" "));
-        let status = self.command(args).status()?;
-        if !status.success() {
-            bail!("kubectl {} failed", args.join(" "));
-        }
-        Ok(())
+        Ok(process::run(&mut self.command(args))?)
     }
 
     /// Runs kubectl quietly, failing with its error output.
     fn quiet(&self, args: &[&str]) -> Result<String> {
-        let output = self.command(args).output()?;
-        if !output.status.success() {
-            bail!(
-                "kubectl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        Ok(process::output(&mut self.command(args))?)
     }
 
     /// Shows a command that is expected to fail, with its error.
@@ -225,13 +213,7 @@ fn real_node_scene(demo: &Demo, cluster: &LocalCluster) -> Result<()> {
         "--timeout=180s",
     ];
     println!("\n$ helm {}", args.join(" "));
-    let status = Command::new(&helm)
-        .args(args)
-        .env("KUBECONFIG", &demo.kubeconfig)
-        .status()?;
-    if !status.success() {
-        bail!("helm upgrade --install failed");
-    }
+    process::run(Command::new(&helm).args(args).env("KUBECONFIG", &demo.kubeconfig))?;
     // Pods of an earlier run's image go once the new ones are Ready.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
     let operator_pods = |output| {
@@ -610,18 +592,7 @@ fn neutron_steps(demo: &Demo, bed: &OpenStack) -> Result<()> {
 /// Runs the `openstack` command line as the operator's cloud, echoing it as a user would type it.
 fn show_openstack(bed: &OpenStack, args: &[&str]) -> Result<()> {
     println!("\n$ openstack {}", args.join(" "));
-    let output = bed
-        .openstack_as(openstack::CLOUD, args)
-        .output()
-        .context("running the openstack command line")?;
-    if !output.status.success() {
-        bail!(
-            "openstack {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let shown = String::from_utf8_lossy(&output.stdout);
+    let shown = process::output(&mut bed.openstack_as(openstack::CLOUD, args))?;
     // An empty table prints nothing at all.
     print!(
         "{}",

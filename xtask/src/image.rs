@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
-use local_cluster::{LocalCluster, image, paths, toolchain};
+use anyhow::{Context, Result};
+use local_cluster::{LocalCluster, image, paths, process, toolchain};
 
 #[derive(clap::Args)]
 pub struct ImageArgs {
@@ -57,15 +57,13 @@ pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<image::Image> {
 /// so that a panic's backtrace still names functions. binutils' output is deterministic.
 fn strip_debug_info(binary: &Path, out: &Path) -> Result<PathBuf> {
     let stripped = out.join("sample-operator");
-    let status = Command::new("strip")
-        .arg("--strip-debug")
-        .arg("-o")
-        .arg(&stripped)
-        .arg(binary)
-        .status()
-        .context("running strip (Debian's binutils)")?;
-    if !status.success() {
-        bail!("strip --strip-debug {} failed", binary.display());
-    }
+    process::run(
+        Command::new("strip")
+            .arg("--strip-debug")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(binary),
+    )
+    .context("stripping the operator's debug information (Debian's binutils)")?;
     Ok(stripped)
 }

@@ -2,10 +2,10 @@
 
 use std::process::{Command, ExitCode};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use local_cluster::openstack::{self, OpenStack};
-use local_cluster::{LocalCluster, paths, toolchain};
+use local_cluster::{LocalCluster, paths, process, toolchain};
 
 mod bench;
 mod cargo_build;
@@ -282,16 +282,13 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
     let root = paths::repo_root();
     let step_with_env = |name: &str, args: &[&str], env: &[(&str, &str)]| -> Result<()> {
         println!("== {name}: cargo {}", args.join(" "));
-        let status = Command::new(&cargo)
-            .args(args)
-            .envs(env.iter().copied())
-            .current_dir(&root)
-            .status()
-            .with_context(|| format!("running cargo {}", args[0]))?;
-        if !status.success() {
-            bail!("{name} failed");
-        }
-        Ok(())
+        process::run(
+            Command::new(&cargo)
+                .args(args)
+                .envs(env.iter().copied())
+                .current_dir(&root),
+        )
+        .with_context(|| format!("{name} failed"))
     };
     let step = |name: &str, args: &[&str]| step_with_env(name, args, &[]);
     if extra.is_empty() {

@@ -6,26 +6,26 @@
 //! the nodes are Ready; `up_with` can start etcd and kube-apiserver alone. `down` stops exactly
 //! the processes `up` recorded.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::kubeconfig::write_kubeconfig;
 use crate::lock::FileLock;
+use crate::network::SERVICE_CIDR;
 use crate::paths;
-use crate::pki::{self, Identity, Pki};
+use crate::pki::{self, Pki};
 use crate::process::{Component, free_port};
+use crate::state_file::StateFile;
 use crate::toolchain::{self, Binaries};
+use crate::wait::wait_for;
 
 /// How many fake nodes `up` registers.
 pub const NODES: usize = 3;
-/// Service addresses; the apiserver's certificate names the first one.
-pub(crate) const SERVICE_CIDR: &str = "10.0.0.0/24";
 /// The annotation that marks the nodes kwok plays.
 const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 
@@ -94,8 +94,8 @@ impl LocalCluster {
         self.dir.join("logs")
     }
 
-    fn state_file(&self) -> PathBuf {
-        self.dir.join("state.json")
+    fn state_file(&self) -> StateFile<State> {
+        StateFile::in_dir(&self.dir, "state")
     }
 
     fn lock(&self) -> Result<FileLock> {
@@ -104,8 +104,7 @@ impl LocalCluster {
 
     /// The recorded state, if a cluster was started here.
     pub fn state(&self) -> Option<State> {
-        let text = std::fs::read_to_string(self.state_file()).ok()?;
-        serde_json::from_str(&text).ok()
+        self.state_file().load()
     }
 
     /// The client configuration of the admin kubeconfig.
@@ -252,7 +251,7 @@ impl LocalCluster {
         let server = format!("https://127.0.0.1:{apiserver_port}");
         let record = |started: &mut Vec<Component>, c: Component| -> Result<()> {
             started.push(c);
-            self.write_state(&State {
+            self.state_file().save(&State {
                 server: server.clone(),
                 kubernetes_version: bin.kubernetes_version.clone(),
                 components: started.clone(),
@@ -353,15 +352,6 @@ impl LocalCluster {
         self.state().ok_or(Error::NotRunning)
     }
 
-    fn write_state(&self, state: &State) -> Result<()> {
-        let path = self.state_file();
-        let text = serde_json::to_string_pretty(state).map_err(|e| Error::Encode {
-            what: "state".into(),
-            message: e.to_string(),
-        })?;
-        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
-    }
-
     /// Stops one component and starts it again with the same arguments, as an outage would;
     /// for the kube-apiserver, waits until it is ready again. For tests of reconnection.
     pub async fn restart(&self, name: &str) -> Result<()> {
@@ -383,7 +373,7 @@ impl LocalCluster {
         old.stop(Duration::from_secs(10));
         let new = Component::start_with_env(&old.name, &old.binary, &old.args, &old.env, &self.logs_dir())?;
         state.components[position] = new;
-        self.write_state(&state)?;
+        self.state_file().save(&state)?;
         if name == "kube-apiserver" {
             let client = self.client().await?;
             wait_for(
@@ -420,40 +410,6 @@ impl LocalCluster {
     }
 }
 
-/// Polls `check` every 250 ms until it returns `Ok(Some(value))`, failing early with the log
-/// tail of any component that died, or after `timeout` with the last thing `check` reported.
-pub(crate) async fn wait_for<T, F, Fut>(
-    what: &str,
-    timeout: Duration,
-    components: &[Component],
-    mut check: F,
-) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = std::result::Result<Option<T>, String>>,
-{
-    let start = Instant::now();
-    let mut last_seen = String::from("nothing yet");
-    loop {
-        for component in components {
-            component.check()?;
-        }
-        match check().await {
-            Ok(Some(value)) => return Ok(value),
-            Ok(None) => {}
-            Err(seen) => last_seen = seen,
-        }
-        if start.elapsed() > timeout {
-            return Err(Error::Timeout {
-                what: what.into(),
-                seconds: timeout.as_secs(),
-                last_seen,
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 fn etcd_args(data_dir: &Path, port: u16, peer_port: u16, large: bool) -> Vec<String> {
     let client = format!("http://127.0.0.1:{port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
@@ -476,15 +432,10 @@ fn etcd_args(data_dir: &Path, port: u16, peer_port: u16, large: bool) -> Vec<Str
 }
 
 fn etcd_health(port: u16) -> std::result::Result<Option<()>, String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(2)))
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).map_err(|e| e.to_string())?;
+    let url = format!("http://127.0.0.1:{port}/health");
+    let body = crate::http::get(&url, Duration::from_secs(2))
+        .map_err(|e| e.to_string())?
+        .body;
     if body.contains("\"health\":\"true\"") {
         Ok(Some(()))
     } else {
@@ -595,40 +546,6 @@ fn write_kwok_stages(kwok_module: &Path, dest: &Path) -> Result<()> {
         all.push('\n');
     }
     std::fs::write(dest, all).map_err(|e| Error::io(dest, e))
-}
-
-/// A kubeconfig at `path` for `id`, with the certificate files `pki` holds for it.
-pub(crate) fn write_kubeconfig(path: &Path, server: &str, pki: &Pki, id: &Identity) -> Result<()> {
-    let text = kubeconfig_yaml(server, &pki.ca_cert(), &pki.client_cert(id), &pki.client_key(id));
-    std::fs::write(path, text).map_err(|e| Error::io(path, e))
-}
-
-fn kubeconfig_yaml(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: sample-operator-local
-  cluster:
-    server: {server}
-    certificate-authority: {ca}
-contexts:
-- name: sample-operator-local
-  context:
-    cluster: sample-operator-local
-    user: sample-operator-local
-    namespace: default
-current-context: sample-operator-local
-users:
-- name: sample-operator-local
-  user:
-    client-certificate: {cert}
-    client-key: {key}
-",
-        ca = ca.display(),
-        cert = cert.display(),
-        key = key.display(),
-    )
 }
 
 async fn readyz(client: &kube::Client) -> std::result::Result<(), String> {

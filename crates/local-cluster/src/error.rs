@@ -50,6 +50,9 @@ pub enum Error {
     #[error("real node: {0}")]
     Node(String),
 
+    #[error("GET {url}: {message}")]
+    Http { url: String, message: String },
+
     #[error("encoding {what}: {message}")]
     Encode { what: String, message: String },
 }

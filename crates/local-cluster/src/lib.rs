@@ -12,15 +12,20 @@
 
 mod cluster;
 mod error;
+pub mod http;
 pub mod image;
+mod kubeconfig;
 mod lock;
+mod network;
 pub mod node;
 pub mod openstack;
 pub mod paths;
 mod pki;
-mod process;
+pub mod process;
+mod state_file;
 pub mod testing;
 pub mod toolchain;
+mod wait;
 
 pub use cluster::{LocalCluster, NODES, State, UpOptions};
 pub use error::{Error, Result};

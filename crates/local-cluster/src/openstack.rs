@@ -14,19 +14,21 @@
 //!
 //! Everything runs under `<cluster dir>/openstack/`, with the logs in its `logs/` folder.
 
+use std::hash::Hasher;
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::wait_for;
 use crate::error::{Error, Result};
+use crate::http;
 use crate::lock::FileLock;
 use crate::paths;
 use crate::process::{Component, free_port};
+use crate::state_file::StateFile;
+use crate::wait::wait_for;
 
 /// The region the network endpoint is registered in.
 pub const REGION: &str = "RegionOne";
@@ -89,8 +91,8 @@ impl OpenStack {
         self.cluster_dir.join("clouds.yaml")
     }
 
-    fn state_file(&self) -> PathBuf {
-        self.dir().join("state.json")
+    fn state_file(&self) -> StateFile<OpenStackState> {
+        StateFile::in_dir(&self.dir(), "the OpenStack state")
     }
 
     fn lock(&self) -> Result<FileLock> {
@@ -98,17 +100,7 @@ impl OpenStack {
     }
 
     pub fn state(&self) -> Option<OpenStackState> {
-        let text = std::fs::read_to_string(self.state_file()).ok()?;
-        serde_json::from_str(&text).ok()
-    }
-
-    fn write_state(&self, state: &OpenStackState) -> Result<()> {
-        let path = self.state_file();
-        let text = serde_json::to_string_pretty(state).map_err(|e| Error::Encode {
-            what: "the OpenStack state".into(),
-            message: e.to_string(),
-        })?;
-        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
+        self.state_file().load()
     }
 
     /// Keystone's URL, such as `http://127.0.0.1:40123/v3`; panics when the test bed is not up.
@@ -353,7 +345,7 @@ impl OpenStack {
             components: started.clone(),
             openstack,
         };
-        self.write_state(&state)?;
+        self.state_file().save(&state)?;
         self.wait_for_neutron(&state).await?;
         // Neutron's default quota, 100 networks, is less than the tests create at once; the
         // quota tests make projects of their own with small quotas.
@@ -415,7 +407,7 @@ impl OpenStack {
         let old = state.components[position].clone();
         old.stop(Duration::from_secs(10));
         state.components[position] = Component::start(&old.name, &old.binary, &old.args, &self.logs_dir())?;
-        self.write_state(&state)?;
+        self.state_file().save(&state)?;
         self.wait_for_neutron(&state).await
     }
 
@@ -522,9 +514,9 @@ fn python_version() -> Result<String> {
 
 /// FNV-1a: stable across Rust releases, unlike the standard library's hasher.
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
-    })
+    let mut hash = fnv::FnvHasher::default();
+    hash.write(bytes);
+    hash.finish()
 }
 
 /// Runs a setup command to its end, its output appended to `log`; fails with the log's tail.
@@ -769,23 +761,13 @@ fn ready(url: &str, path: &str) -> std::result::Result<Option<()>, String> {
     }
 }
 
-/// The status of a plain `GET` on loopback, with a timeout: a server that accepts but never
-/// answers (no live worker) must not hang the caller.
+/// The status of a `GET` of `path` under `url` on loopback.
 fn http_status(url: &str, path: &str) -> std::result::Result<u16, String> {
     let rest = url.strip_prefix("http://").ok_or("not an http URL")?;
     let (authority, base) = rest.split_once('/').unwrap_or((rest, ""));
-    let mut stream = TcpStream::connect(authority).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
     let target = format!("/{base}{path}").replace("//", "/");
-    write!(stream, "GET {target} HTTP/1.0\r\nHost: {authority}\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).map_err(|e| e.to_string())?;
-    let line = String::from_utf8_lossy(&head);
-    line.get(9..12)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("not an HTTP answer: {line:?}"))
+    let answer = http::get(&format!("http://{authority}{target}"), Duration::from_secs(5));
+    Ok(answer.map_err(|e| e.to_string())?.status)
 }
 
 #[cfg(test)]

@@ -1,10 +1,11 @@
 //! The component processes: started detached with their output in a log file, recorded by pid,
-//! and stopped by that pid only if it still runs the binary we started.
+//! and stopped by that pid only if it still runs the binary we started. Also the one way the
+//! tooling runs a short command and checks it ([`output`], [`run`]).
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -73,26 +74,16 @@ impl Component {
     /// Whether the process still runs our binary: a dead process, a zombie, or a pid reused by
     /// another program all count as not running.
     pub fn is_running(&self) -> bool {
-        let proc = PathBuf::from(format!("/proc/{}", self.pid));
-        let Ok(stat) = std::fs::read_to_string(proc.join("stat")) else {
+        let Ok(process) = procfs::process::Process::new(self.pid) else {
             return false;
         };
-        // The state follows the parenthesised command name, which may itself contain spaces.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next());
-        if matches!(state, Some("Z") | Some("X") | None) {
+        // A zombie has exited; so has a process whose stat is gone or unreadable.
+        if !process.stat().is_ok_and(|stat| !matches!(stat.state, 'Z' | 'X')) {
             return false;
         }
         // A virtualenv's `bin/python` is a link: the process runs what it points to.
         let resolved = std::fs::canonicalize(&self.binary).unwrap_or_else(|_| self.binary.clone());
-        match std::fs::read_link(proc.join("exe")) {
-            Ok(exe) => {
-                let exe = PathBuf::from(exe.to_string_lossy().trim_end_matches(" (deleted)"));
-                exe == self.binary || exe == resolved
-            }
-            Err(_) => false,
-        }
+        executable(&process).is_some_and(|exe| exe == self.binary || exe == resolved)
     }
 
     /// Fails with the tail of the log when the process is gone.
@@ -137,6 +128,15 @@ impl Component {
     }
 }
 
+/// The program `process` runs, as it was started: a binary replaced since (a rebuild) is still
+/// the one it runs.
+pub(crate) fn executable(process: &procfs::process::Process) -> Option<PathBuf> {
+    let exe = process.exe().ok()?;
+    Some(PathBuf::from(
+        exe.to_string_lossy().trim_end_matches(" (deleted)"),
+    ))
+}
+
 /// A free TCP port on loopback. The listener is closed before the component binds, so a race
 /// with another program is possible but unlikely on a developer's machine.
 pub fn free_port() -> Result<u16> {
@@ -147,4 +147,108 @@ pub fn free_port() -> Result<u16> {
         .map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?
         .port();
     Ok(port)
+}
+
+/// A command that could not be started or did not succeed, with what it wrote to stderr.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("running {command}: {source}")]
+    Start { command: String, source: std::io::Error },
+    #[error("{command} failed{}", failure(*.status, .stderr))]
+    Failed {
+        command: String,
+        status: ExitStatus,
+        stderr: String,
+    },
+}
+
+/// The stderr when there is one (it says why), else the exit status.
+fn failure(status: ExitStatus, stderr: &str) -> String {
+    if stderr.is_empty() {
+        format!(" ({status})")
+    } else {
+        format!(": {stderr}")
+    }
+}
+
+/// Runs `cmd` with its output captured and returns its stdout; fails with its stderr.
+pub fn output(cmd: &mut Command) -> std::result::Result<String, CommandError> {
+    let out = cmd.output().map_err(|source| CommandError::Start {
+        command: format!("{cmd:?}"),
+        source,
+    })?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(CommandError::Failed {
+            command: format!("{cmd:?}"),
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+/// Runs `cmd` with our stdout and stderr, for commands whose progress the user watches (their
+/// errors are then already on the terminal); fails with the exit status.
+pub fn run(cmd: &mut Command) -> std::result::Result<(), CommandError> {
+    let status = cmd.status().map_err(|source| CommandError::Start {
+        command: format!("{cmd:?}"),
+        source,
+    })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(CommandError::Failed {
+            command: format!("{cmd:?}"),
+            status,
+            stderr: String::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_runs_only_while_it_runs_our_binary() {
+        let me = |binary: PathBuf| Component {
+            name: "test".into(),
+            pid: std::process::id() as i32,
+            binary,
+            log: PathBuf::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+        };
+        assert!(me(std::env::current_exe().unwrap()).is_running());
+        assert!(!me(PathBuf::from("/bin/true")).is_running());
+        let mut exited = Command::new("true").spawn().unwrap();
+        let pid = exited.id() as i32;
+        exited.wait().unwrap();
+        assert!(
+            !Component {
+                pid,
+                ..me(PathBuf::from("/bin/true"))
+            }
+            .is_running()
+        );
+    }
+
+    #[test]
+    fn a_failed_command_says_what_it_wrote_to_stderr() {
+        let ok = output(Command::new("sh").args(["-c", "echo out; echo err >&2"])).unwrap();
+        assert_eq!(ok, "out\n");
+        let failed = output(Command::new("sh").args(["-c", "echo out; echo why >&2; exit 3"]))
+            .unwrap_err()
+            .to_string();
+        assert!(failed.ends_with("failed: why"), "{failed}");
+        let quiet = run(Command::new("sh").args(["-c", "exit 3"]))
+            .unwrap_err()
+            .to_string();
+        assert!(quiet.ends_with("failed (exit status: 3)"), "{quiet}");
+        assert!(matches!(
+            output(&mut Command::new("/nonexistent/command")),
+            Err(CommandError::Start { .. })
+        ));
+    }
 }

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Event, Namespace};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
-use local_cluster::paths;
+use local_cluster::{paths, process};
 use serde_json::json;
 
 /// Foos created at once by the benchmark: enough to keep the apiserver busy, which is what
@@ -47,18 +47,7 @@ pub fn install_crds(kubectl: &Path, kubeconfig: &Path) -> Result<()> {
             "--timeout=60s",
         ],
     ] {
-        let output = Command::new(kubectl)
-            .args(&args)
-            .env("KUBECONFIG", kubeconfig)
-            .output()
-            .context("running kubectl")?;
-        if !output.status.success() {
-            bail!(
-                "kubectl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
+        process::output(Command::new(kubectl).args(&args).env("KUBECONFIG", kubeconfig))?;
     }
     Ok(())
 }

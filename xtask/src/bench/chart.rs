@@ -10,9 +10,7 @@ use std::sync::Once;
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
-use super::contender::Contender;
-use super::report::{Spread, capitalised};
-use super::run::{RunResult, Scenario};
+use super::model::{Contender, RunResult, Scenario, Spread, capitalised};
 
 const FONT: &str = "sans-serif";
 

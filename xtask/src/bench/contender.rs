@@ -5,116 +5,15 @@
 //! version), so only the first benchmark pays for the build. Ours is the release build of the
 //! workspace.
 
+use std::hash::Hasher;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use local_cluster::process::{self, free_port};
 use local_cluster::toolchain::go_command;
 use local_cluster::{Component, paths};
-use serde::{Deserialize, Serialize};
 
-use super::run::Scenario;
-
-/// Concurrent reconciles of our operator by default, which the ceiling copies.
-pub const OPERATOR_CONCURRENCY: usize = 16;
-
-/// The largest N for sample-controller in the timed scenarios: its client-side rate limit lets
-/// it write about 5 Foo statuses a second, so 1,000 Foos take three to four minutes.
-pub const RATE_LIMITED_CAP: usize = 1000;
-
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Contender {
-    /// Our operator: `sample-operator run --initial-list=list`, release build: paged lists, as
-    /// it ran before `auto` (which streams on this apiserver, as the next row) was its default.
-    Ours,
-    /// Ours with `--initial-list=stream`: every watch's first list streamed (WatchList).
-    OursStreaming,
-    /// kubernetes/sample-controller at the matching release, with its defaults.
-    SampleController,
-    /// The Foo controller on controller-runtime in bench/go, with controller-runtime's defaults.
-    ControllerRuntime,
-    /// sample-controller as its users tune it: as many workers as our `--concurrency`, and no
-    /// client-side rate limit (flags patched in at build time, see `SAMPLE_CONTROLLER_TUNING`).
-    SampleControllerTuned,
-    /// controller-runtime as its users tune it: `MaxConcurrentReconciles` equal to our
-    /// `--concurrency`, managedFields stripped from the cache, and only its own Deployments
-    /// cached (by label).
-    ControllerRuntimeTuned,
-    /// bench/go's plain client issuing a controller's writes and nothing else.
-    Ceiling,
-}
-
-impl Contender {
-    pub const ALL: [Contender; 7] = [
-        Contender::Ours,
-        Contender::OursStreaming,
-        Contender::SampleController,
-        Contender::SampleControllerTuned,
-        Contender::ControllerRuntime,
-        Contender::ControllerRuntimeTuned,
-        Contender::Ceiling,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Contender::Ours => "sample-operator (ours)",
-            Contender::OursStreaming => "sample-operator, streaming lists (ours)",
-            Contender::SampleController => "sample-controller (Go)",
-            Contender::ControllerRuntime => "controller-runtime (Go)",
-            Contender::SampleControllerTuned => "sample-controller tuned (Go)",
-            Contender::ControllerRuntimeTuned => "controller-runtime tuned (Go)",
-            Contender::Ceiling => "ceiling (plain client)",
-        }
-    }
-
-    /// Whether a client-side rate limit, not the apiserver, sets this contender's pace.
-    pub fn is_rate_limited(self) -> bool {
-        self == Contender::SampleController
-    }
-
-    /// Our operator, however it fetches its lists.
-    pub fn is_ours(self) -> bool {
-        matches!(self, Contender::Ours | Contender::OursStreaming)
-    }
-
-    /// A peer at its defaults where a tuned one exists beside it.
-    pub fn is_untuned_peer(self) -> bool {
-        matches!(self, Contender::SampleController | Contender::ControllerRuntime)
-    }
-
-    /// A peer tuned as its users tune it.
-    pub fn is_tuned_peer(self) -> bool {
-        matches!(
-            self,
-            Contender::SampleControllerTuned | Contender::ControllerRuntimeTuned
-        )
-    }
-
-    /// One of the Go controllers (not ours, not the ceiling).
-    pub fn is_go_peer(self) -> bool {
-        matches!(
-            self,
-            Contender::SampleController
-                | Contender::SampleControllerTuned
-                | Contender::ControllerRuntime
-                | Contender::ControllerRuntimeTuned
-        )
-    }
-
-    /// The N this contender runs at: sample-controller's client-side rate limit would make
-    /// large timed runs take tens of minutes, so those are capped. Steady-state and memory runs
-    /// are not timed: it starts those on Foos the ceiling converged.
-    pub fn cap(self, scenario: Scenario, n: usize, rate_limited_cap: usize) -> usize {
-        if self.is_rate_limited() && matches!(scenario, Scenario::Backlog | Scenario::Burst) {
-            n.min(rate_limited_cap)
-        } else {
-            n
-        }
-    }
-}
+use super::model::Contender;
 
 /// How to tell that a started contender is ready: its caches synced, its workers started.
 #[derive(Clone, Copy, Debug)]
@@ -128,7 +27,7 @@ pub enum Ready {
     Immediately,
 }
 
-/// Paths of the contenders' binaries; `ours` is `None` when the build has no `run` command yet.
+/// Paths of the contenders' binaries; `ours` is `None` when no run of ours is wanted.
 #[derive(Clone, Debug)]
 pub struct Contenders {
     ours: Option<PathBuf>,
@@ -142,16 +41,15 @@ impl Contenders {
         let ours = match operator_binary {
             _ if !wanted.iter().any(|c| c.is_ours()) => None,
             Some(binary) => Some(binary.to_owned()),
-            None => build_ours()?,
+            None => {
+                println!("== building sample-operator (release)");
+                Some(crate::cargo_build::operator("release", true)?)
+            }
         };
         Ok(Self {
             ours,
             go_bin: build_go_contenders()?,
         })
-    }
-
-    pub fn available(&self, contender: Contender) -> bool {
-        !contender.is_ours() || self.ours.is_some()
     }
 
     /// Starts `contender` against the cluster of `kubeconfig`, as its users run it, and says
@@ -169,7 +67,7 @@ impl Contenders {
             Contender::Ours | Contender::OursStreaming => (
                 self.ours
                     .clone()
-                    .context("sample-operator has no `run` command")?,
+                    .context("our operator was not prepared: it is not among --contenders")?,
                 vec![
                     "run".into(),
                     "--kubeconfig".into(),
@@ -242,31 +140,6 @@ impl Contenders {
         };
         Ok((Component::start(&name, &binary, &args, logs)?, ready))
     }
-}
-
-/// A free port on loopback (closed again before the contender binds it).
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// `cargo build --release -p sample-operator`, then whether the binary has `run`: the command
-/// is being written, and the benchmark runs the other contenders until it lands.
-fn build_ours() -> Result<Option<PathBuf>> {
-    println!("== building sample-operator (release)");
-    let binary = crate::cargo_build::operator("release", true)?;
-    let has_run = Command::new(&binary)
-        .args(["run", "--help"])
-        .output()
-        .with_context(|| format!("running {}", binary.display()))?
-        .status
-        .success();
-    if !has_run {
-        println!(
-            "   SKIPPING our operator: {} has no `run` command (the benchmark calls `sample-operator run --kubeconfig PATH --controllers=foo`)",
-            binary.display()
-        );
-    }
-    Ok(has_run.then_some(binary))
 }
 
 /// The Go module's folder.
@@ -360,34 +233,27 @@ fn build_go_contenders() -> Result<PathBuf> {
     let staging = dest.with_extension("partial");
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)?;
-    let status = go_command(&module)
-        .args(["build", "-trimpath", "-o"])
-        // A trailing slash makes `go build -o` write every binary into the folder.
-        .arg(format!("{}/", staging.display()))
-        .args([
-            "k8s.io/sample-controller",
-            "./cmd/controller-runtime-foo",
-            "./cmd/ceiling",
-        ])
-        .status()
-        .context("running go build; install Go 1.26 or newer")?;
-    if !status.success() {
-        bail!("go build in {} failed", module.display());
-    }
+    process::run(
+        go_command(&module)
+            .args(["build", "-trimpath", "-o"])
+            // A trailing slash makes `go build -o` write every binary into the folder.
+            .arg(format!("{}/", staging.display()))
+            .args([
+                "k8s.io/sample-controller",
+                "./cmd/controller-runtime-foo",
+                "./cmd/ceiling",
+            ]),
+    )
+    .context("building the Go contenders; Go 1.26 or newer is needed")?;
     let tuned = staging.join("sample-controller-tuned-src");
     tuned_sample_controller_source(&module, &tuned)?;
-    let status = go_command(&tuned)
-        .args(["build", "-trimpath", "-o"])
-        .arg(staging.join("sample-controller-tuned"))
-        .arg(".")
-        .status()
-        .context("running go build")?;
-    if !status.success() {
-        bail!(
-            "go build of the tuned sample-controller in {} failed",
-            tuned.display()
-        );
-    }
+    process::run(
+        go_command(&tuned)
+            .args(["build", "-trimpath", "-o"])
+            .arg(staging.join("sample-controller-tuned"))
+            .arg("."),
+    )
+    .context("building the tuned sample-controller")?;
     std::fs::remove_dir_all(&tuned)?;
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::rename(&staging, &dest)?;
@@ -395,15 +261,7 @@ fn build_go_contenders() -> Result<PathBuf> {
 }
 
 fn go_output(dir: &Path, args: &[&str]) -> Result<String> {
-    let output = go_command(dir).args(args).output().context("running go")?;
-    if !output.status.success() {
-        bail!(
-            "go {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    Ok(process::output(go_command(dir).args(args))?.trim().to_owned())
 }
 
 /// FNV-1a over the module's go.mod, go.sum and Go sources (in path order) and the Go version:
@@ -412,7 +270,7 @@ fn fingerprint(module: &Path, go_version: &str) -> Result<u64> {
     let mut files = vec![module.join("go.mod"), module.join("go.sum")];
     collect_go_files(&module.join("cmd"), &mut files)?;
     files.sort();
-    let mut hash = Fnv1a::default();
+    let mut hash = fnv::FnvHasher::default();
     hash.write(go_version.as_bytes());
     for (line, replacement) in SAMPLE_CONTROLLER_TUNING {
         hash.write(line.as_bytes());
@@ -428,7 +286,7 @@ fn fingerprint(module: &Path, go_version: &str) -> Result<u64> {
         );
         hash.write(&std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?);
     }
-    Ok(hash.0)
+    Ok(hash.finish())
 }
 
 fn collect_go_files(dir: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
@@ -443,37 +301,9 @@ fn collect_go_files(dir: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-struct Fnv1a(u64);
-
-impl Default for Fnv1a {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv1a {
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_sample_controller_is_capped_and_only_in_timed_scenarios() {
-        let capped = Contender::SampleController.cap(Scenario::Backlog, 5000, 300);
-        assert_eq!(capped, 300);
-        assert_eq!(
-            Contender::SampleController.cap(Scenario::Memory, 10_000, 300),
-            10_000
-        );
-        assert_eq!(Contender::Ours.cap(Scenario::Burst, 5000, 300), 5000);
-        assert_eq!(Contender::SampleController.cap(Scenario::Steady, 100, 300), 100);
-    }
 
     #[test]
     fn the_fingerprint_follows_the_sources() {

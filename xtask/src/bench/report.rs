@@ -6,36 +6,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 
 use super::apiserver::{by_verb, is_write};
 use super::chart;
-use super::contender::Contender;
-use super::run::{RunResult, RunSpec, Scenario, mib};
-
-/// What the report says about where and how the numbers were taken.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Meta {
-    pub date: String,
-    pub machine: String,
-    pub kubernetes_version: String,
-    pub go_version: String,
-    pub repeats: usize,
-    pub concurrency: usize,
-    pub rate_limited_cap: usize,
-    pub steady_window_seconds: u64,
-    /// Whether the test cluster (.cluster/) was running beside the benchmark's.
-    pub other_cluster_running: bool,
-    /// `git describe` of the operator measured, one per sitting of a resumed benchmark.
-    #[serde(default)]
-    pub commits: Vec<String>,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Results {
-    pub meta: Meta,
-    pub runs: Vec<RunResult>,
-}
+use super::model::{Contender, LARGE_N, Results, RunResult, RunSpec, Scenario, Spread, capitalised, mib};
 
 /// Writes results.json with one run a line: compact, and still a readable diff between runs.
 pub fn save(out: &Path, results: &Results) -> Result<()> {
@@ -65,46 +39,6 @@ pub fn load(out: &Path) -> Result<Results> {
 pub fn write(out: &Path, results: &Results, plan: &[RunSpec]) -> Result<()> {
     std::fs::write(out.join("RESULTS.md"), markdown(results, plan))?;
     chart::draw(&out.join("converged.png"), &results.runs)
-}
-
-/// A median with the smallest and largest value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Spread {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-impl Spread {
-    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Self> {
-        let mut values: Vec<f64> = values.into_iter().collect();
-        if values.is_empty() {
-            return None;
-        }
-        values.sort_by(f64::total_cmp);
-        let mid = values.len() / 2;
-        let median = if values.len().is_multiple_of(2) {
-            (values[mid - 1] + values[mid]) / 2.0
-        } else {
-            values[mid]
-        };
-        Some(Self {
-            median,
-            min: values[0],
-            max: values[values.len() - 1],
-        })
-    }
-
-    /// `12.3 s (11.9–13.0)`, or just the value for one run.
-    /// The spread is left out when it does not show at this precision.
-    fn show(&self, unit: &str, decimals: usize) -> String {
-        let [median, min, max] = [self.median, self.min, self.max].map(|v| format!("{v:.decimals$}"));
-        if min == max {
-            format!("{median}{unit}")
-        } else {
-            format!("{median}{unit} ({min}–{max})")
-        }
-    }
 }
 
 /// The successful runs of one contender in one scenario and size.
@@ -612,7 +546,7 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
         k8s = meta.kubernetes_version,
         go = meta.go_version,
         repeats = meta.repeats,
-        large = super::LARGE_N,
+        large = LARGE_N,
         conc = meta.concurrency,
         cap = meta.rate_limited_cap,
     );
@@ -701,15 +635,6 @@ fn remarks(runs: &[RunResult]) -> Option<String> {
     (!lines.is_empty()).then(|| lines.concat())
 }
 
-pub fn capitalised(scenario: Scenario) -> String {
-    let name = scenario.to_string();
-    let mut chars = name.chars();
-    chars
-        .next()
-        .map(|c| c.to_uppercase().chain(chars).collect())
-        .unwrap_or_default()
-}
-
 fn human_duration(seconds: u64) -> String {
     if seconds.is_multiple_of(60) {
         format!("{}-minute", seconds / 60)
@@ -721,6 +646,7 @@ fn human_duration(seconds: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::model::Meta;
 
     fn run(contender: Contender, n: usize, seconds: f64, cpu: f64) -> RunResult {
         RunResult {
@@ -814,21 +740,6 @@ mod tests {
             ..results
         };
         assert_eq!(missing_runs(&done, &plan[3..]), None);
-    }
-
-    #[test]
-    fn medians_of_odd_and_even_counts() {
-        assert_eq!(Spread::of([3.0, 1.0, 2.0]).unwrap().median, 2.0);
-        let even = Spread::of([4.0, 1.0, 2.0, 3.0]).unwrap();
-        assert_eq!((even.median, even.min, even.max), (2.5, 1.0, 4.0));
-        assert_eq!(Spread::of([]), None);
-    }
-
-    #[test]
-    fn a_spread_too_small_to_show_is_left_out() {
-        let spread = Spread::of([19.1, 19.2, 19.3]).unwrap();
-        assert_eq!(spread.show(" MiB", 0), "19 MiB");
-        assert_eq!(spread.show(" s", 1), "19.2 s (19.1–19.3)");
     }
 
     #[test]

@@ -17,84 +17,18 @@
 //!   holds the same objects either way).
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use kube::Client;
 use local_cluster::Component;
-use serde::{Deserialize, Serialize};
 
 use super::apiserver::{self, RequestCounts};
-use super::contender::{Contender, Contenders, Ready};
+use super::contender::{Contenders, Ready};
+use super::model::{Contender, RunResult, RunSpec, Scenario};
 use super::proc_stats::{self, ProcStats};
 use super::tracker::{Outcome, Tracker};
-
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Scenario {
-    Backlog,
-    Burst,
-    Steady,
-    Memory,
-    Restart,
-}
-
-impl Scenario {
-    /// The ceiling only has a meaning where something is timed: it keeps no cache and, once
-    /// done, sends nothing. A restart is measured for the controllers that converge the
-    /// backlog in minutes: not sample-controller at its rate limit.
-    pub fn includes(self, contender: Contender) -> bool {
-        match self {
-            Scenario::Backlog | Scenario::Burst => true,
-            Scenario::Steady | Scenario::Memory => contender != Contender::Ceiling,
-            Scenario::Restart => !matches!(contender, Contender::Ceiling | Contender::SampleController),
-        }
-    }
-}
-
-impl fmt::Display for Scenario {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = match self {
-            Scenario::Backlog => "backlog",
-            Scenario::Burst => "burst",
-            Scenario::Steady => "steady state",
-            Scenario::Memory => "memory",
-            Scenario::Restart => "restart",
-        };
-        f.write_str(name)
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct RunSpec {
-    pub scenario: Scenario,
-    pub contender: Contender,
-    /// N as planned for this scenario.
-    pub planned_n: usize,
-    /// N this contender runs at (lower when capped).
-    pub n: usize,
-    pub repeat: usize,
-}
-
-impl fmt::Display for RunSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}, {} Foos, {}",
-            self.scenario,
-            self.n,
-            self.contender.label()
-        )?;
-        if self.n != self.planned_n {
-            write!(f, " (capped from {})", self.planned_n)?;
-        }
-        write!(f, ", repeat {}", self.repeat + 1)
-    }
-}
 
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -167,17 +101,8 @@ fn logged_since(path: &std::path::Path, from: u64, text: &str) -> bool {
 
 /// Whether `GET /readyz` on the loopback `port` answers 200.
 fn readyz(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut response = String::new();
-    let answered = stream
-        .write_all(b"GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .and_then(|()| stream.read_to_string(&mut response))
-        .is_ok();
-    answered && (response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200"))
+    local_cluster::http::get(&format!("http://127.0.0.1:{port}/readyz"), Duration::from_secs(2))
+        .is_ok_and(|answer| answer.status == 200)
 }
 
 impl Drop for Running {
@@ -186,47 +111,8 @@ impl Drop for Running {
     }
 }
 
-/// What one run measured. Field meanings differ a little by scenario; see `seconds`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct RunResult {
-    pub scenario: Option<Scenario>,
-    pub contender: Option<Contender>,
-    pub planned_n: usize,
-    pub n: usize,
-    pub repeat: usize,
-    /// Backlog and burst: seconds to converge. Steady state: the window's length. Memory: how
-    /// long the contender took to go idle. `None` when the run failed.
-    pub seconds: Option<f64>,
-    /// Foos converged when the run ended.
-    pub converged: usize,
-    /// CPU seconds: from start (backlog, memory) or the first create (burst) until the
-    /// contender is quiet after converging; within the window (steady state).
-    pub cpu_seconds: f64,
-    pub rss_bytes: u64,
-    pub peak_rss_bytes: u64,
-    /// Requests while measured, keyed `VERB resource`, from the apiserver's metrics.
-    pub requests: BTreeMap<String, u64>,
-    /// Converged Foos over time (seconds, count), for the chart.
-    pub timeline: Vec<(f64, usize)>,
-    /// Why the run has no result, or what to know about it.
-    pub note: Option<String>,
-    /// Restart: how long the apiserver took to list the same Foos and Deployments.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub list_seconds: Option<f64>,
-}
-
+/// A run's result from what the run saw.
 impl RunResult {
-    fn new(spec: &RunSpec) -> Self {
-        Self {
-            scenario: Some(spec.scenario),
-            contender: Some(spec.contender),
-            planned_n: spec.planned_n,
-            n: spec.n,
-            repeat: spec.repeat,
-            ..Self::default()
-        }
-    }
-
     fn with_stats(mut self, stats: ProcStats) -> Self {
         self.cpu_seconds = stats.cpu_seconds;
         self.rss_bytes = stats.rss_bytes;
@@ -248,69 +134,10 @@ impl RunResult {
         }
         self
     }
-
-    pub fn succeeded(&self) -> bool {
-        self.seconds.is_some()
-    }
-
-    /// Whether this run did what `spec` asks, though planned for another N (a capped run).
-    pub fn is_same_run(&self, spec: &RunSpec) -> bool {
-        self.scenario == Some(spec.scenario)
-            && self.contender == Some(spec.contender)
-            && (self.n, self.repeat) == (spec.n, spec.repeat)
-            && self.planned_n != spec.planned_n
-    }
-
-    /// This run's result, reported again for `spec`'s planned N.
-    pub fn reused_for(mut self, spec: &RunSpec) -> Self {
-        self.note = Some(format!(
-            "the same run as for N = {}, since it is capped at {} Foos",
-            self.planned_n, self.n
-        ));
-        self.planned_n = spec.planned_n;
-        self
-    }
-
-    /// Whether this is a result of the run `spec` describes.
-    pub fn is_of(&self, spec: &RunSpec) -> bool {
-        self.scenario == Some(spec.scenario)
-            && self.contender == Some(spec.contender)
-            && (self.planned_n, self.n, self.repeat) == (spec.planned_n, spec.n, spec.repeat)
-    }
-
-    /// One line for the console.
-    pub fn summary(&self) -> String {
-        let Some(seconds) = self.seconds else {
-            return format!("no result: {}", self.note.as_deref().unwrap_or("unknown"));
-        };
-        let verbs = apiserver::by_verb(&self.requests);
-        let requests: Vec<String> = verbs.iter().map(|(verb, n)| format!("{verb} {n}")).collect();
-        format!(
-            "{seconds:.1} s, CPU {:.2} s, RSS {:.0} MiB (peak {:.0} MiB), requests: {}{}",
-            self.cpu_seconds,
-            mib(self.rss_bytes),
-            mib(self.peak_rss_bytes),
-            if requests.is_empty() {
-                "none".into()
-            } else {
-                requests.join(", ")
-            },
-            self.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default(),
-        )
-    }
-}
-
-pub fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// Runs `spec` in a fresh namespace and deletes the namespace afterwards, whatever happened.
 pub async fn run(env: &Env, spec: &RunSpec, index: usize) -> Result<RunResult> {
-    if !env.contenders.available(spec.contender) {
-        let mut result = RunResult::new(spec);
-        result.note = Some("skipped: sample-operator has no `run` command yet".into());
-        return Ok(result);
-    }
     let namespace = format!("bench-{index}");
     apiserver::create_namespace(&env.client, &namespace).await?;
     let result = match spec.scenario {
@@ -568,25 +395,6 @@ fn secs(seconds: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_capped_run_is_reported_again_for_a_larger_planned_n() {
-        let spec = |planned_n| RunSpec {
-            scenario: Scenario::Backlog,
-            contender: Contender::SampleController,
-            planned_n,
-            n: 1000,
-            repeat: 0,
-        };
-        let mut ran = RunResult::new(&spec(1000));
-        ran.seconds = Some(200.0);
-        assert!(ran.is_of(&spec(1000)) && !ran.is_same_run(&spec(1000)));
-        assert!(ran.is_same_run(&spec(5000)));
-        let reused = ran.reused_for(&spec(5000));
-        assert!(reused.is_of(&spec(5000)));
-        assert_eq!(reused.seconds, Some(200.0));
-        assert!(reused.note.unwrap().contains("N = 1000"));
-    }
 
     #[test]
     fn a_restart_is_ready_only_on_what_it_logged_itself() {

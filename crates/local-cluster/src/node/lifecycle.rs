@@ -1,0 +1,387 @@
+//! Starting the real node's processes, and stopping them and undoing what `up` changed.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::config::Identities;
+use super::host::{
+    HOST_PATHS, IP_FORWARD, chains, is_our_link, kill_cgroup_processes, kill_processes_running, leftovers,
+    links, our_cgroups, put_guard_first, remove_cgroups, remove_chains, unmount_under,
+};
+use super::preflight::{HOLDER_PREFIX, Holder, holder, live_elsewhere, unrecorded, which};
+use super::{BRIDGE, GUARD_CHAIN, NODE_IP, NODE_NAME, NodeState, RealNode, run};
+use crate::error::{Error, Result};
+use crate::image;
+use crate::kubeconfig::write_kubeconfig;
+use crate::pki::{self, Identity, Pki};
+use crate::process::Component;
+use crate::toolchain::NodeBinaries;
+use crate::wait::wait_for;
+
+/// Multus reads NetworkAttachmentDefinitions and Pods, and annotates Pods with their networks.
+const MULTUS: Identity = Identity {
+    file_stem: "multus",
+    user: "sample-operator:multus",
+    group: None,
+};
+
+impl RealNode {
+    /// Starts the node's processes beside a running cluster and returns once the Node is Ready.
+    /// `server` is the apiserver's loopback URL.
+    /// [`preflight`] is the caller's, before the binaries are built.
+    pub(crate) async fn up(
+        &self,
+        pki: &Pki,
+        server: &str,
+        client: &kube::Client,
+        bin: &NodeBinaries,
+    ) -> Result<()> {
+        let apiserver_port: u16 = server
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| Error::Node(format!("no port in {server}")))?;
+        // Its names and addresses are fixed: one real node per machine.
+        match holder() {
+            Holder::Free => {}
+            Holder::Stale(dir) => {
+                eprintln!(
+                    "real node: clearing the one {} left behind (none of its processes runs)",
+                    dir.display()
+                );
+                RealNode { dir }.down()?;
+            }
+            Holder::Live(dir) => return Err(Error::Node(live_elsewhere(&dir))),
+            Holder::Unrecorded(dir) => return Err(Error::Node(unrecorded(dir.as_deref()))),
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        let mut state = NodeState {
+            created_paths: HOST_PATHS
+                .iter()
+                .map(PathBuf::from)
+                .filter(|p| !p.exists())
+                .collect(),
+            links_before: links()?,
+            chains_before: chains(),
+            ip_forward_before: std::fs::read_to_string(IP_FORWARD)
+                .ok()
+                .map(|s| s.trim().to_owned()),
+            cgroups_before: our_cgroups(),
+            components: Vec::new(),
+        };
+        // Recorded before anything is made, so that `down` can undo a half-made node.
+        self.save(&state)?;
+        let result = self
+            .start(&mut state, pki, server, apiserver_port, client, bin)
+            .await;
+        self.save(&state)?;
+        result
+    }
+
+    async fn start(
+        &self,
+        state: &mut NodeState,
+        pki: &Pki,
+        server: &str,
+        apiserver_port: u16,
+        client: &kube::Client,
+        bin: &NodeBinaries,
+    ) -> Result<()> {
+        self.network()?;
+        let ids = self.identities(pki, server)?;
+        let logs = self.logs_dir();
+
+        let containerd_config = self.write_containerd_config(bin)?;
+        let containerd = Component::start_with_env(
+            "containerd",
+            &bin.containerd,
+            &["--config".into(), containerd_config.display().to_string()],
+            &[(
+                "PATH".into(),
+                format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.shim_dir.display()),
+            )],
+            &logs,
+        )?;
+        state.components.push(containerd);
+        self.save(state)?;
+        let socket = self.containerd_socket();
+        wait_for(
+            "containerd to listen",
+            Duration::from_secs(30),
+            &state.components,
+            // Connecting, not the file: a killed containerd leaves its socket behind.
+            || async {
+                Ok(std::os::unix::net::UnixStream::connect(&socket)
+                    .is_ok()
+                    .then_some(()))
+            },
+        )
+        .await?;
+        // Every Pod's sandbox runs the pause image, so it is there before the kubelet is.
+        let busybox = image::busybox_rootfs()?;
+        for image in [image::pause_image(&busybox)?, image::busybox_image(&busybox)?] {
+            self.import_image(&bin.ctr, &image)?;
+        }
+
+        self.write_cni_config(&bin.cni_dir, &ids.multus_kubeconfig)?;
+        apply_multus_rbac(client).await?;
+
+        let kubelet = Component::start("kubelet", &bin.kubelet, &self.kubelet_args(pki, &ids)?, &logs)?;
+        state.components.push(kubelet);
+        self.save(state)?;
+
+        let proxy = Component::start(
+            "kube-proxy",
+            &bin.kube_proxy,
+            &[
+                "--config".into(),
+                self.write_kube_proxy_config(&ids.kube_proxy_kubeconfig)?
+                    .display()
+                    .to_string(),
+            ],
+            &logs,
+        )?;
+        state.components.push(proxy);
+        self.save(state)?;
+
+        // Pods reach the apiserver as the `kubernetes` Service (10.0.0.1:443): kube-proxy
+        // sends that to the endpoint below, the node address at the apiserver's port, where
+        // socat relays to the apiserver on loopback, which stays off every other interface.
+        let socat =
+            which("socat").ok_or_else(|| Error::Preflight(vec!["`socat`: install Debian's socat".into()]))?;
+        let forwarder = Component::start(
+            "apiserver-forwarder",
+            &socat,
+            &[
+                format!("TCP-LISTEN:{apiserver_port},bind={NODE_IP},reuseaddr,fork"),
+                format!("TCP:127.0.0.1:{apiserver_port}"),
+            ],
+            &logs,
+        )?;
+        state.components.push(forwarder);
+        self.save(state)?;
+        publish_apiserver_endpoint(client, apiserver_port).await?;
+
+        // kube-proxy puts its jumps at the top of FORWARD when it first syncs; the guard goes
+        // above them after that, so that nothing it accepts can leave through the host.
+        wait_for(
+            "kube-proxy's first sync",
+            Duration::from_secs(60),
+            &state.components,
+            || async {
+                let rules =
+                    run(Command::new("iptables").args(["-S", "FORWARD"])).map_err(|e| e.to_string())?;
+                Ok(rules.contains("KUBE-FORWARD").then_some(()))
+            },
+        )
+        .await?;
+        put_guard_first()?;
+
+        let nodes: Api<Node> = Api::all(client.clone());
+        wait_for(
+            "the real node to be Ready",
+            Duration::from_secs(120),
+            &state.components,
+            || async {
+                match nodes.get_opt(NODE_NAME).await {
+                    Ok(Some(node)) if is_ready(&node) => Ok(Some(())),
+                    Ok(Some(_)) => Err(format!("{NODE_NAME} registered, not Ready yet")),
+                    Ok(None) => Err(format!("{NODE_NAME} not registered yet")),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await
+    }
+
+    /// The Pod bridge with the node address (new: `up` has cleared or refused an existing one),
+    /// and the guard that drops whatever would be forwarded out of the node's bridges.
+    fn network(&self) -> Result<()> {
+        run(Command::new("ip").args(["link", "add", BRIDGE, "type", "bridge"]))?;
+        // The bridge names its node's folder, so that another checkout can find the record of
+        // a node whose run was killed, and clear it.
+        let dir = std::fs::canonicalize(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        run(Command::new("ip")
+            .args(["link", "set", "dev", BRIDGE, "alias"])
+            .arg(format!("{HOLDER_PREFIX}{}", dir.display())))?;
+        run(Command::new("ip").args(["addr", "add", &format!("{NODE_IP}/16"), "dev", BRIDGE]))?;
+        run(Command::new("ip").args(["link", "set", BRIDGE, "up"]))?;
+        // A chain left by a `down` that failed is emptied and used again.
+        let _ = Command::new("iptables").args(["-N", GUARD_CHAIN]).output();
+        run(Command::new("iptables").args(["-F", GUARD_CHAIN]))?;
+        for iface in [BRIDGE, "br-+"] {
+            run(Command::new("iptables").args([
+                "-A",
+                GUARD_CHAIN,
+                "-i",
+                iface,
+                "!",
+                "-o",
+                iface,
+                "-j",
+                "DROP",
+            ]))?;
+        }
+        put_guard_first()
+    }
+
+    /// Certificates and kubeconfigs of the kubelet, kube-proxy and Multus.
+    fn identities(&self, pki: &Pki, server: &str) -> Result<Identities> {
+        let kubeconfig = |id: &Identity| -> Result<PathBuf> {
+            pki.add_client(id)?;
+            let path = self.dir.join(format!("{}.kubeconfig", id.file_stem));
+            write_kubeconfig(&path, server, pki, id)?;
+            Ok(path)
+        };
+        let (serving_cert, serving_key) =
+            pki.add_serving("kubelet-serving", NODE_NAME, IpAddr::V4(NODE_IP))?;
+        Ok(Identities {
+            kubelet_kubeconfig: kubeconfig(&pki::KUBELET)?,
+            kube_proxy_kubeconfig: kubeconfig(&pki::KUBE_PROXY)?,
+            multus_kubeconfig: kubeconfig(&MULTUS)?,
+            serving_cert,
+            serving_key,
+        })
+    }
+
+    /// Stops everything `up` started and undoes what it changed; safe to run twice and after a
+    /// failed `up`. Errors are collected, not stopped at, so that one stuck step does not
+    /// leave the rest behind.
+    pub fn down(&self) -> Result<()> {
+        let Some(state) = self.state() else {
+            return Ok(());
+        };
+        let mut errors = Vec::new();
+        // The kubelet first, so that it restarts nothing; then every container process.
+        for c in state.components.iter().rev().filter(|c| c.name == "kubelet") {
+            c.stop(Duration::from_secs(10));
+        }
+        kill_cgroup_processes(&state.cgroups_before);
+        for c in state.components.iter().rev() {
+            c.stop(Duration::from_secs(10));
+        }
+        // containerd's shims outlive it; they are ours when they run our shim binary.
+        if let Some(containerd) = state.components.iter().find(|c| c.name == "containerd") {
+            let shim = containerd.binary.with_file_name("containerd-shim-runc-v2");
+            kill_processes_running(&shim);
+        }
+        if let Some(proxy) = state.components.iter().find(|c| c.name == "kube-proxy") {
+            // kube-proxy's own cleanup of its rules; the rest goes below by chain name.
+            let _ = Command::new(&proxy.binary).arg("--cleanup").output();
+        }
+        if let Err(e) = unmount_under(&self.dir) {
+            errors.push(e.to_string());
+        }
+        for path in &state.created_paths {
+            if let Err(e) = unmount_under(path) {
+                errors.push(e.to_string());
+            }
+        }
+        remove_cgroups(&state.cgroups_before, &mut errors);
+        for link in links().unwrap_or_default() {
+            if is_our_link(&link)
+                && !state.links_before.contains(&link)
+                && let Err(e) = run(Command::new("ip").args(["link", "delete", &link]))
+            {
+                errors.push(e.to_string());
+            }
+        }
+        remove_chains(&state.chains_before, &mut errors);
+        if let Some(before) = &state.ip_forward_before
+            && let Err(e) = std::fs::write(IP_FORWARD, format!("{before}\n"))
+        {
+            errors.push(format!("{IP_FORWARD}: {e}"));
+        }
+        for path in &state.created_paths {
+            if path.exists()
+                && let Err(e) = std::fs::remove_dir_all(path)
+            {
+                errors.push(format!("{}: {e}", path.display()));
+            }
+        }
+        let left = leftovers(&state, &self.dir);
+        errors.extend(left);
+        if errors.is_empty() {
+            self.state_file().remove();
+            Ok(())
+        } else {
+            Err(Error::Node(format!(
+                "stopping left these behind:\n  {}",
+                errors.join("\n  ")
+            )))
+        }
+    }
+}
+
+/// The apiserver runs with `--endpoint-reconciler-type=none` (a loopback address is no valid
+/// endpoint), so the `kubernetes` Service gets its endpoint here: the node address, where the
+/// forwarder listens.
+async fn publish_apiserver_endpoint(client: &kube::Client, port: u16) -> Result<()> {
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    let slice = json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes-real-node",
+            "labels": {
+                "kubernetes.io/service-name": "kubernetes",
+                "endpointslice.kubernetes.io/managed-by": "local-cluster.sample-operator.local",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{ "addresses": [NODE_IP.to_string()], "conditions": { "ready": true } }],
+        "ports": [{ "name": "https", "port": port, "protocol": "TCP" }],
+    });
+    slices
+        .patch(
+            "kubernetes-real-node",
+            &PatchParams::apply("local-cluster").force(),
+            &Patch::Apply(slice),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn apply_multus_rbac(client: &kube::Client) -> Result<()> {
+    let params = PatchParams::apply("local-cluster").force();
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": { "name": "sample-operator:multus" },
+        "rules": [
+            { "apiGroups": ["k8s.cni.cncf.io"], "resources": ["network-attachment-definitions"], "verbs": ["get", "list", "watch"] },
+            { "apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["get", "update", "patch"] },
+            { "apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"] },
+        ],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": { "name": "sample-operator:multus" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "sample-operator:multus" },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": MULTUS.user }],
+    });
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+    roles
+        .patch("sample-operator:multus", &params, &Patch::Apply(role))
+        .await?;
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
+    bindings
+        .patch("sample-operator:multus", &params, &Patch::Apply(binding))
+        .await?;
+    Ok(())
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

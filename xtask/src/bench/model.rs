@@ -1,0 +1,421 @@
+//! What the benchmark is made of: the contenders, the scenarios, a run's spec and result, and
+//! the results file. A new scenario is described here (its sizes, its contenders, its name);
+//! `run` says how it runs and `report` how its table reads.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::apiserver::by_verb;
+
+/// Concurrent reconciles of our operator by default, which the ceiling copies.
+pub const OPERATOR_CONCURRENCY: usize = 16;
+
+/// The largest N for sample-controller in the timed scenarios: its client-side rate limit lets
+/// it write about 5 Foo statuses a second, so 1,000 Foos take three to four minutes.
+pub const RATE_LIMITED_CAP: usize = 1000;
+
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Contender {
+    /// Our operator: `sample-operator run --initial-list=list`, release build: paged lists, as
+    /// it ran before `auto` (which streams on this apiserver, as the next row) was its default.
+    Ours,
+    /// Ours with `--initial-list=stream`: every watch's first list streamed (WatchList).
+    OursStreaming,
+    /// kubernetes/sample-controller at the matching release, with its defaults.
+    SampleController,
+    /// The Foo controller on controller-runtime in bench/go, with controller-runtime's defaults.
+    ControllerRuntime,
+    /// sample-controller as its users tune it: as many workers as our `--concurrency`, and no
+    /// client-side rate limit (flags patched in at build time, see `SAMPLE_CONTROLLER_TUNING`).
+    SampleControllerTuned,
+    /// controller-runtime as its users tune it: `MaxConcurrentReconciles` equal to our
+    /// `--concurrency`, managedFields stripped from the cache, and only its own Deployments
+    /// cached (by label).
+    ControllerRuntimeTuned,
+    /// bench/go's plain client issuing a controller's writes and nothing else.
+    Ceiling,
+}
+
+impl Contender {
+    pub const ALL: [Contender; 7] = [
+        Contender::Ours,
+        Contender::OursStreaming,
+        Contender::SampleController,
+        Contender::SampleControllerTuned,
+        Contender::ControllerRuntime,
+        Contender::ControllerRuntimeTuned,
+        Contender::Ceiling,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Contender::Ours => "sample-operator (ours)",
+            Contender::OursStreaming => "sample-operator, streaming lists (ours)",
+            Contender::SampleController => "sample-controller (Go)",
+            Contender::ControllerRuntime => "controller-runtime (Go)",
+            Contender::SampleControllerTuned => "sample-controller tuned (Go)",
+            Contender::ControllerRuntimeTuned => "controller-runtime tuned (Go)",
+            Contender::Ceiling => "ceiling (plain client)",
+        }
+    }
+
+    /// Whether a client-side rate limit, not the apiserver, sets this contender's pace.
+    pub fn is_rate_limited(self) -> bool {
+        self == Contender::SampleController
+    }
+
+    /// Our operator, however it fetches its lists.
+    pub fn is_ours(self) -> bool {
+        matches!(self, Contender::Ours | Contender::OursStreaming)
+    }
+
+    /// A peer at its defaults where a tuned one exists beside it.
+    pub fn is_untuned_peer(self) -> bool {
+        matches!(self, Contender::SampleController | Contender::ControllerRuntime)
+    }
+
+    /// A peer tuned as its users tune it.
+    pub fn is_tuned_peer(self) -> bool {
+        matches!(
+            self,
+            Contender::SampleControllerTuned | Contender::ControllerRuntimeTuned
+        )
+    }
+
+    /// One of the Go controllers (not ours, not the ceiling).
+    pub fn is_go_peer(self) -> bool {
+        matches!(
+            self,
+            Contender::SampleController
+                | Contender::SampleControllerTuned
+                | Contender::ControllerRuntime
+                | Contender::ControllerRuntimeTuned
+        )
+    }
+
+    /// The N this contender runs at: sample-controller's client-side rate limit would make
+    /// large timed runs take tens of minutes, so those are capped. Steady-state and memory runs
+    /// are not timed: it starts those on Foos the ceiling converged.
+    pub fn cap(self, scenario: Scenario, n: usize, rate_limited_cap: usize) -> usize {
+        if self.is_rate_limited() && matches!(scenario, Scenario::Backlog | Scenario::Burst) {
+            n.min(rate_limited_cap)
+        } else {
+            n
+        }
+    }
+}
+
+/// Sizes from this one up run once, whatever `--repeats` says (see [`runs_once`]).
+pub const LARGE_N: usize = 50_000;
+
+/// Whether a scenario at this size is taken once, whatever `--repeats` says: from LARGE_N up a
+/// run takes many minutes, and the steady state's numbers (writes and CPU in a quiet window) do
+/// not vary from run to run the way converge times do.
+pub fn runs_once(scenario: Scenario, n: usize) -> bool {
+    n >= LARGE_N || scenario == Scenario::Steady
+}
+
+/// The peers at their defaults stop at this size (the tuned ones go on): their single worker,
+/// or rate limit, would take hours over 100,000 Foos.
+pub const UNTUNED_MAX_N: usize = 10_000;
+
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    Backlog,
+    Burst,
+    Steady,
+    Memory,
+    Restart,
+}
+
+impl Scenario {
+    /// The sizes it runs at, from the options: `n` for the timed ones (steady state up to
+    /// [`UNTUNED_MAX_N`]), one size of their own for memory and restart.
+    pub fn sizes(self, n: &[usize], memory_foos: usize, restart_foos: usize) -> Vec<usize> {
+        match self {
+            Scenario::Memory => vec![memory_foos],
+            Scenario::Restart => vec![restart_foos],
+            Scenario::Steady => n.iter().copied().filter(|&n| n <= UNTUNED_MAX_N).collect(),
+            Scenario::Backlog | Scenario::Burst => n.to_vec(),
+        }
+    }
+
+    /// The ceiling only has a meaning where something is timed: it keeps no cache and, once
+    /// done, sends nothing. A restart is measured for the controllers that converge the
+    /// backlog in minutes: not sample-controller at its rate limit.
+    pub fn includes(self, contender: Contender) -> bool {
+        match self {
+            Scenario::Backlog | Scenario::Burst => true,
+            Scenario::Steady | Scenario::Memory => contender != Contender::Ceiling,
+            Scenario::Restart => !matches!(contender, Contender::Ceiling | Contender::SampleController),
+        }
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            Scenario::Backlog => "backlog",
+            Scenario::Burst => "burst",
+            Scenario::Steady => "steady state",
+            Scenario::Memory => "memory",
+            Scenario::Restart => "restart",
+        };
+        f.write_str(name)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    pub scenario: Scenario,
+    pub contender: Contender,
+    /// N as planned for this scenario.
+    pub planned_n: usize,
+    /// N this contender runs at (lower when capped).
+    pub n: usize,
+    pub repeat: usize,
+}
+
+impl fmt::Display for RunSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, {} Foos, {}",
+            self.scenario,
+            self.n,
+            self.contender.label()
+        )?;
+        if self.n != self.planned_n {
+            write!(f, " (capped from {})", self.planned_n)?;
+        }
+        write!(f, ", repeat {}", self.repeat + 1)
+    }
+}
+
+pub fn capitalised(scenario: Scenario) -> String {
+    let name = scenario.to_string();
+    let mut chars = name.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
+/// What one run measured. Field meanings differ a little by scenario; see `seconds`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RunResult {
+    pub scenario: Option<Scenario>,
+    pub contender: Option<Contender>,
+    pub planned_n: usize,
+    pub n: usize,
+    pub repeat: usize,
+    /// Backlog and burst: seconds to converge. Steady state: the window's length. Memory: how
+    /// long the contender took to go idle. `None` when the run failed.
+    pub seconds: Option<f64>,
+    /// Foos converged when the run ended.
+    pub converged: usize,
+    /// CPU seconds: from start (backlog, memory) or the first create (burst) until the
+    /// contender is quiet after converging; within the window (steady state).
+    pub cpu_seconds: f64,
+    pub rss_bytes: u64,
+    pub peak_rss_bytes: u64,
+    /// Requests while measured, keyed `VERB resource`, from the apiserver's metrics.
+    pub requests: BTreeMap<String, u64>,
+    /// Converged Foos over time (seconds, count), for the chart.
+    pub timeline: Vec<(f64, usize)>,
+    /// Why the run has no result, or what to know about it.
+    pub note: Option<String>,
+    /// Restart: how long the apiserver took to list the same Foos and Deployments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list_seconds: Option<f64>,
+}
+
+impl RunResult {
+    pub fn new(spec: &RunSpec) -> Self {
+        Self {
+            scenario: Some(spec.scenario),
+            contender: Some(spec.contender),
+            planned_n: spec.planned_n,
+            n: spec.n,
+            repeat: spec.repeat,
+            ..Self::default()
+        }
+    }
+
+    pub fn succeeded(&self) -> bool {
+        self.seconds.is_some()
+    }
+
+    /// Whether this run did what `spec` asks, though planned for another N (a capped run).
+    pub fn is_same_run(&self, spec: &RunSpec) -> bool {
+        self.scenario == Some(spec.scenario)
+            && self.contender == Some(spec.contender)
+            && (self.n, self.repeat) == (spec.n, spec.repeat)
+            && self.planned_n != spec.planned_n
+    }
+
+    /// This run's result, reported again for `spec`'s planned N.
+    pub fn reused_for(mut self, spec: &RunSpec) -> Self {
+        self.note = Some(format!(
+            "the same run as for N = {}, since it is capped at {} Foos",
+            self.planned_n, self.n
+        ));
+        self.planned_n = spec.planned_n;
+        self
+    }
+
+    /// Whether this is a result of the run `spec` describes.
+    pub fn is_of(&self, spec: &RunSpec) -> bool {
+        self.scenario == Some(spec.scenario)
+            && self.contender == Some(spec.contender)
+            && (self.planned_n, self.n, self.repeat) == (spec.planned_n, spec.n, spec.repeat)
+    }
+
+    /// One line for the console.
+    pub fn summary(&self) -> String {
+        let Some(seconds) = self.seconds else {
+            return format!("no result: {}", self.note.as_deref().unwrap_or("unknown"));
+        };
+        let verbs = by_verb(&self.requests);
+        let requests: Vec<String> = verbs.iter().map(|(verb, n)| format!("{verb} {n}")).collect();
+        format!(
+            "{seconds:.1} s, CPU {:.2} s, RSS {:.0} MiB (peak {:.0} MiB), requests: {}{}",
+            self.cpu_seconds,
+            mib(self.rss_bytes),
+            mib(self.peak_rss_bytes),
+            if requests.is_empty() {
+                "none".into()
+            } else {
+                requests.join(", ")
+            },
+            self.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default(),
+        )
+    }
+}
+
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// What the report says about where and how the numbers were taken.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Meta {
+    pub date: String,
+    pub machine: String,
+    pub kubernetes_version: String,
+    pub go_version: String,
+    pub repeats: usize,
+    pub concurrency: usize,
+    pub rate_limited_cap: usize,
+    pub steady_window_seconds: u64,
+    /// Whether the test cluster (.cluster/) was running beside the benchmark's.
+    pub other_cluster_running: bool,
+    /// `git describe` of the operator measured, one per sitting of a resumed benchmark.
+    #[serde(default)]
+    pub commits: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Results {
+    pub meta: Meta,
+    pub runs: Vec<RunResult>,
+}
+
+/// A median with the smallest and largest value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Self> {
+        let mut values: Vec<f64> = values.into_iter().collect();
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_by(f64::total_cmp);
+        let mid = values.len() / 2;
+        let median = if values.len().is_multiple_of(2) {
+            (values[mid - 1] + values[mid]) / 2.0
+        } else {
+            values[mid]
+        };
+        Some(Self {
+            median,
+            min: values[0],
+            max: values[values.len() - 1],
+        })
+    }
+
+    /// `12.3 s (11.9–13.0)`, or just the value for one run.
+    /// The spread is left out when it does not show at this precision.
+    pub fn show(&self, unit: &str, decimals: usize) -> String {
+        let [median, min, max] = [self.median, self.min, self.max].map(|v| format!("{v:.decimals$}"));
+        if min == max {
+            format!("{median}{unit}")
+        } else {
+            format!("{median}{unit} ({min}–{max})")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_sample_controller_is_capped_and_only_in_timed_scenarios() {
+        let capped = Contender::SampleController.cap(Scenario::Backlog, 5000, 300);
+        assert_eq!(capped, 300);
+        assert_eq!(
+            Contender::SampleController.cap(Scenario::Memory, 10_000, 300),
+            10_000
+        );
+        assert_eq!(Contender::Ours.cap(Scenario::Burst, 5000, 300), 5000);
+        assert_eq!(Contender::SampleController.cap(Scenario::Steady, 100, 300), 100);
+    }
+
+    #[test]
+    fn a_capped_run_is_reported_again_for_a_larger_planned_n() {
+        let spec = |planned_n| RunSpec {
+            scenario: Scenario::Backlog,
+            contender: Contender::SampleController,
+            planned_n,
+            n: 1000,
+            repeat: 0,
+        };
+        let mut ran = RunResult::new(&spec(1000));
+        ran.seconds = Some(200.0);
+        assert!(ran.is_of(&spec(1000)) && !ran.is_same_run(&spec(1000)));
+        assert!(ran.is_same_run(&spec(5000)));
+        let reused = ran.reused_for(&spec(5000));
+        assert!(reused.is_of(&spec(5000)));
+        assert_eq!(reused.seconds, Some(200.0));
+        assert!(reused.note.unwrap().contains("N = 1000"));
+    }
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(Spread::of([3.0, 1.0, 2.0]).unwrap().median, 2.0);
+        let even = Spread::of([4.0, 1.0, 2.0, 3.0]).unwrap();
+        assert_eq!((even.median, even.min, even.max), (2.5, 1.0, 4.0));
+        assert_eq!(Spread::of([]), None);
+    }
+
+    #[test]
+    fn a_spread_too_small_to_show_is_left_out() {
+        let spread = Spread::of([19.1, 19.2, 19.3]).unwrap();
+        assert_eq!(spread.show(" MiB", 0), "19 MiB");
+        assert_eq!(spread.show(" s", 1), "19.2 s (19.1–19.3)");
+    }
+}
