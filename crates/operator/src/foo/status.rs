@@ -4,10 +4,10 @@ use sample_operator_api::{FooKind, FooStatus};
 
 use super::cached::CachedDeployment;
 use super::deployment::desired_replicas;
-use crate::runtime::status::{Ready, conditions_field};
+use crate::runtime::status::Ready;
 
 // The runtime reads the conditions to tell transitions and to count objects by readiness.
-conditions_field!(FooStatus);
+crate::conditions_field!(FooStatus);
 
 /// Reasons of the `Ready` condition.
 pub mod reason {

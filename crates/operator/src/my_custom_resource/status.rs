@@ -5,10 +5,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use sample_operator_api::{MyCustomResource, MyCustomResourceStatus};
 
-use crate::runtime::status::{Ready, conditions_field};
+use crate::runtime::status::Ready;
 
 // The runtime reads the conditions to tell transitions and to count objects by readiness.
-conditions_field!(MyCustomResourceStatus);
+crate::conditions_field!(MyCustomResourceStatus);
 
 /// Reasons of the `Ready` condition.
 pub mod reason {

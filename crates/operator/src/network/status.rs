@@ -4,10 +4,10 @@ use sample_operator_api::{Addressing, Network, NetworkStatus};
 
 use super::backend::{BackendError, Ensured};
 use super::conflicts::Overlap;
-use crate::runtime::status::{Ready, conditions_field};
+use crate::runtime::status::Ready;
 
 // The runtime reads the conditions to tell transitions and to count objects by readiness.
-conditions_field!(NetworkStatus);
+crate::conditions_field!(NetworkStatus);
 
 /// Reasons of the `Ready` condition. Every one but [`SYNCED`](reason::SYNCED) is also the
 /// reason of the Warning event sent when a Network enters it.

@@ -1,7 +1,8 @@
 //! Status conditions that follow the Kubernetes conventions, and when a status is worth writing.
 //! [`Context::update_status`](super::Context::update_status) writes them.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 pub use sample_operator_api::conditions::READY;
@@ -22,22 +23,21 @@ pub trait Conditions {
 }
 
 /// Implements [`Conditions`] for a status type whose conditions are its `conditions` field:
-/// `conditions_field!(FooStatus);`, next to the controller that writes that status.
+/// `sample_operator::conditions_field!(FooStatus);`, next to the controller that writes that
+/// status.
+#[macro_export]
 macro_rules! conditions_field {
     ($status:ty) => {
         impl $crate::runtime::status::Conditions for $status {
-            fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+            fn conditions(&self) -> &[$crate::runtime::status::Condition] {
                 &self.conditions
             }
-            fn conditions_mut(
-                &mut self,
-            ) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+            fn conditions_mut(&mut self) -> &mut Vec<$crate::runtime::status::Condition> {
                 &mut self.conditions
             }
         }
     };
 }
-pub(crate) use conditions_field;
 
 /// The `Ready` condition for a new status, given the conditions of the current one:
 /// `lastTransitionTime` moves only when `status` changes, so rewriting the same state does not

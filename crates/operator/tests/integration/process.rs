@@ -4,7 +4,7 @@
 //! deploy/operator/rbac.yaml suffices, the leader Lease included.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -108,19 +108,11 @@ impl Drop for OperatorProcess {
     }
 }
 
-/// A plain HTTP/1.0 GET on loopback: status and body.
+/// A GET on loopback: status and body, `None` without an answer within 5 seconds.
 pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((status, body))
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let response = local_cluster::http::get(&url, Duration::from_secs(5)).ok()?;
+    Some((response.status, response.body))
 }
 
 pub(crate) async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Duration {
