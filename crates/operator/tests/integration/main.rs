@@ -9,6 +9,7 @@ mod cluster;
 mod deploy;
 mod events;
 mod foo;
+mod guide;
 mod leader;
 mod monitoring;
 mod my_custom_resource;
