@@ -110,16 +110,17 @@ enum Bed {
     Exclusive,
 }
 
-/// Where most tests start: the CRDs, the test bed (held as `bed` says), an admin session to
-/// read Neutron with, and a namespace of the test's own with its Networks.
-struct Scene {
-    client: kube::Client,
-    bed: local_cluster::openstack::OpenStack,
-    _hold: testing::OpenStackGuard,
-    admin: Session,
-    ns: TestNamespace,
-    api: Api<Network>,
-}
+/// Where most tests start: a client of the cluster with the CRDs, the test bed and its hold (as
+/// [`Bed`] says), an admin session to read Neutron with, and a namespace of the test's own with
+/// its Networks. A tuple, so that a test names what it uses in one line.
+struct Scene(
+    kube::Client,
+    local_cluster::openstack::OpenStack,
+    testing::OpenStackGuard,
+    Session,
+    TestNamespace,
+    Api<Network>,
+);
 
 impl Scene {
     async fn new(namespace_prefix: &str, bed: Bed) -> Self {
@@ -128,18 +129,10 @@ impl Scene {
         let admin = admin(&bed);
         let ns = TestNamespace::create(&client, namespace_prefix).await;
         let api = ns.api();
-        Self {
-            client,
-            bed,
-            _hold: hold,
-            admin,
-            ns,
-            api,
-        }
+        Self(client, bed, hold, admin, ns, api)
     }
 }
 
-/// The test bed, started once per test process, and this test's hold on it.
 async fn test_bed(exclusive: bool) -> (local_cluster::openstack::OpenStack, testing::OpenStackGuard) {
     let bed = testing::openstack().await;
     let guard = if exclusive {
@@ -250,14 +243,7 @@ async fn finish(api: &Api<Network>, operator: NeutronOperator, ns: TestNamespace
 
 #[tokio::test]
 async fn the_seed_network_lives_in_neutron_and_follows_its_gateway_until_deleted() {
-    let Scene {
-        client,
-        bed,
-        _hold,
-        admin,
-        ns,
-        api,
-    } = Scene::new("neutron-seed", Bed::Shared).await;
+    let Scene(client, bed, _hold, admin, ns, api) = Scene::new("neutron-seed", Bed::Shared).await;
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
 
     // The seed's own sample, unchanged.
@@ -324,14 +310,7 @@ async fn the_seed_network_lives_in_neutron_and_follows_its_gateway_until_deleted
 
 #[tokio::test]
 async fn a_foreign_network_of_the_same_name_is_never_touched() {
-    let Scene {
-        client,
-        bed,
-        _hold,
-        admin,
-        ns,
-        api,
-    } = Scene::new("neutron-foreign", Bed::Shared).await;
+    let Scene(client, bed, _hold, admin, ns, api) = Scene::new("neutron-foreign", Bed::Shared).await;
     let name = format!("{}/blue", ns.name);
     // Somebody's network in the operator's project, with the name ours would have, and no tags.
     let foreign = openstack_as(&bed, PASSWORD_CLOUD, &["network", "create", &name, "-f", "json"]).await;
@@ -360,14 +339,7 @@ async fn a_foreign_network_of_the_same_name_is_never_touched() {
 
 #[tokio::test]
 async fn hand_edits_and_deletions_are_repaired_and_a_steady_resync_writes_nothing() {
-    let Scene {
-        client: _,
-        bed,
-        _hold,
-        admin,
-        ns,
-        api,
-    } = Scene::new("neutron-drift", Bed::Shared).await;
+    let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-drift", Bed::Shared).await;
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
     api.create(
         &PostParams::default(),
@@ -443,14 +415,7 @@ async fn hand_edits_and_deletions_are_repaired_and_a_steady_resync_writes_nothin
 
 #[tokio::test]
 async fn a_new_prefix_is_a_new_subnet_on_the_same_network() {
-    let Scene {
-        client: _,
-        bed,
-        _hold,
-        admin,
-        ns,
-        api,
-    } = Scene::new("neutron-prefix", Bed::Shared).await;
+    let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-prefix", Bed::Shared).await;
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
     // Host bits in the spec: Neutron keeps 10.63.1.0/24, and that is no drift.
     api.create(
@@ -485,14 +450,7 @@ async fn a_new_prefix_is_a_new_subnet_on_the_same_network() {
 
 #[tokio::test]
 async fn while_neutron_is_down_networks_report_it_and_nothing_is_lost() {
-    let Scene {
-        client,
-        bed,
-        _hold,
-        admin,
-        ns,
-        api,
-    } = Scene::new("neutron-down", Bed::Exclusive).await;
+    let Scene(client, bed, _hold, admin, ns, api) = Scene::new("neutron-down", Bed::Exclusive).await;
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
     for (name, third) in [("a", 1), ("b", 2), ("c", 3)] {
         api.create(
@@ -685,14 +643,7 @@ async fn wrong_credentials_then_a_quota_then_a_revoked_token_are_reported_and_re
 #[tokio::test]
 async fn two_hundred_networks_converge_and_a_restart_over_them_writes_nothing() {
     const N: usize = 200;
-    let Scene {
-        client: _,
-        bed,
-        _hold,
-        admin,
-        ns,
-        api,
-    } = Scene::new("neutron-200", Bed::Shared).await;
+    let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-200", Bed::Shared).await;
     for i in 0..N {
         let (hi, lo) = (i / 256, i % 256);
         api.create(
@@ -798,14 +749,7 @@ where
 /// configure it: first with an application credential, then with a token.
 #[tokio::test]
 async fn the_binary_takes_its_cloud_from_os_variables_with_a_credential_or_a_token() {
-    let Scene {
-        client,
-        bed,
-        _hold,
-        admin,
-        ns,
-        api,
-    } = Scene::new("neutron-env", Bed::Shared).await;
+    let Scene(client, bed, _hold, admin, ns, api) = Scene::new("neutron-env", Bed::Shared).await;
     let dir = std::env::temp_dir().join(&ns.name);
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = crate::support::operator_kubeconfig(&client, &dir).await;
@@ -918,14 +862,7 @@ async fn the_binary_takes_its_cloud_from_os_variables_with_a_credential_or_a_tok
 /// Network stays, says why, and goes once the port is gone; the port is never touched.
 #[tokio::test]
 async fn a_network_in_use_is_not_deleted_until_its_ports_are_gone() {
-    let Scene {
-        client,
-        bed,
-        _hold,
-        admin,
-        ns,
-        api,
-    } = Scene::new("neutron-in-use", Bed::Shared).await;
+    let Scene(client, bed, _hold, admin, ns, api) = Scene::new("neutron-in-use", Bed::Shared).await;
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
     api.create(
         &PostParams::default(),
