@@ -4,7 +4,6 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use nix::unistd::{SysconfVar, sysconf};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ProcStats {
@@ -17,40 +16,15 @@ pub struct ProcStats {
 }
 
 pub fn read(pid: i32) -> Result<ProcStats> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("process {pid} is gone"))?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("process {pid} is gone"))?;
-    let ticks = cpu_ticks(&stat).context("unexpected /proc/<pid>/stat")?;
+    let gone = || format!("process {pid} is gone");
+    let process = procfs::process::Process::new(pid).with_context(gone)?;
+    let stat = process.stat().with_context(gone)?;
+    let status = process.status().with_context(gone)?;
+    let kib = |value: Option<u64>| value.unwrap_or(0) * 1024;
     Ok(ProcStats {
-        cpu_seconds: ticks as f64 / ticks_per_second(),
-        rss_bytes: status_kib(&status, "VmRSS").unwrap_or(0) * 1024,
-        peak_rss_bytes: status_kib(&status, "VmHWM").unwrap_or(0) * 1024,
-    })
-}
-
-fn ticks_per_second() -> f64 {
-    match sysconf(SysconfVar::CLK_TCK) {
-        Ok(Some(ticks)) if ticks > 0 => ticks as f64,
-        _ => 100.0,
-    }
-}
-
-/// utime + stime, the 14th and 15th fields; counted after the parenthesised command name, which
-/// may itself hold spaces.
-fn cpu_ticks(stat: &str) -> Option<u64> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// A `Key:   1234 kB` line of `/proc/<pid>/status`.
-fn status_kib(status: &str, key: &str) -> Option<u64> {
-    status.lines().find_map(|line| {
-        let value = line.strip_prefix(key)?.strip_prefix(':')?;
-        value.split_whitespace().next()?.parse().ok()
+        cpu_seconds: (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64,
+        rss_bytes: kib(status.vmrss),
+        peak_rss_bytes: kib(status.vmhwm),
     })
 }
 
@@ -84,20 +58,6 @@ pub async fn wait_quiet(pid: i32, min: Duration, quiet: Duration, max: Duration)
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_ticks_are_counted_after_a_command_name_with_spaces() {
-        let stat = "42 (my (odd) name) S 1 42 42 0 -1 4194304 100 0 0 0 250 70 0 0 20 0 8 0 100 0 0";
-        assert_eq!(cpu_ticks(stat), Some(320));
-    }
-
-    #[test]
-    fn status_lines_give_kibibytes() {
-        let status = "Name:\tx\nVmHWM:\t   20480 kB\nVmRSS:\t   10240 kB\n";
-        assert_eq!(status_kib(status, "VmHWM"), Some(20480));
-        assert_eq!(status_kib(status, "VmRSS"), Some(10240));
-        assert_eq!(status_kib(status, "VmSwap"), None);
-    }
 
     #[test]
     fn this_process_has_cpu_time_and_memory() {
