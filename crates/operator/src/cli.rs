@@ -406,7 +406,7 @@ async fn preflight(
         .await
         .map_err(|e| format!("cannot reach the API server at {server}: {e}"))?;
     for controller in controllers {
-        let resource = &controller.descriptor().resource;
+        let resource = controller.resource();
         let kind = (resource.crd_name)();
         match (resource.probe)(client.clone(), namespace.map(str::to_owned)).await {
             Ok(()) => {}
@@ -431,7 +431,7 @@ async fn initial_list(
     server: &str,
 ) -> Result<InitialList, String> {
     let first = controllers.first().copied().unwrap_or(ControllerName::Foo);
-    let streams_lists = first.descriptor().resource.streams_lists;
+    let streams_lists = first.resource().streams_lists;
     let namespace = runtime.namespace.clone();
     choice
         .resolve(|| streams_lists(client.clone(), namespace))

@@ -4,7 +4,7 @@
 //! [`runtime`] holds everything the controllers share (the reconcile loop around kube-runtime's
 //! `Controller`, watches and readiness, status writes and events, metrics, health, leader
 //! election, the manager that runs them) and knows none of them; each controller module holds
-//! only its domain and its [`Descriptor`]: [`foo`] (for both groups of Foo), [`network`] and
+//! only its domain and its [`Descriptor`](runtime::Descriptor): [`foo`] (for both groups of Foo), [`network`] and
 //! [`my_custom_resource`]. This file lists the controllers and runs the selected ones until
 //! shutdown.
 
@@ -14,14 +14,17 @@ pub mod my_custom_resource;
 pub mod network;
 pub mod runtime;
 
+use futures::future::BoxFuture;
 use kube::Client;
 
-use runtime::{Descriptor, Manager, RuntimeConfig, Telemetry};
+use runtime::descriptor::OwnResource;
+use runtime::{Manager, RuntimeConfig, Shared, Stopping, Telemetry};
 
-/// Declares the controllers, one line each: the variant names them in `--controllers` (as
-/// kebab-case), and the descriptor says the rest.
+/// Declares the controllers, one line each: the variant names it in `--controllers` (as
+/// kebab-case), `(field)` names its settings in [`RunConfig`] when it has any, and the
+/// descriptor says the rest.
 macro_rules! controllers {
-    ($($(#[doc = $doc:literal])* $variant:ident => $descriptor:path,)*) => {
+    ($($(#[doc = $doc:literal])* $variant:ident $(($settings:ident))? => $descriptor:path,)*) => {
         /// The controllers this operator runs.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
         pub enum ControllerName {
@@ -29,26 +32,57 @@ macro_rules! controllers {
         }
 
         impl ControllerName {
-            /// What the process knows of this controller.
-            pub fn descriptor(self) -> &'static Descriptor<RunConfig> {
+            /// The name in `--controllers`, metrics, logs and readiness reports.
+            pub fn label(self) -> &'static str {
                 match self {
-                    $(ControllerName::$variant => &$descriptor,)*
+                    $(ControllerName::$variant => $descriptor.name,)*
+                }
+            }
+
+            /// Whether it runs when `--controllers` is not given.
+            pub fn runs_by_default(self) -> bool {
+                match self {
+                    $(ControllerName::$variant => $descriptor.runs_by_default,)*
+                }
+            }
+
+            /// The custom resource it reconciles, as the checks before a start see it.
+            pub fn resource(self) -> &'static OwnResource {
+                match self {
+                    $(ControllerName::$variant => &$descriptor.resource,)*
+                }
+            }
+
+            /// Starts it on `shared` with its settings from `config`; see [`Descriptor::start`].
+            fn start(self, shared: &Shared, config: &RunConfig, stopping: Stopping) -> BoxFuture<'static, ()> {
+                match self {
+                    $(ControllerName::$variant => ($descriptor.start)(shared, settings_of!(config $(, $settings)?), stopping),)*
                 }
             }
         }
     };
 }
 
+/// A controller's settings in a [`RunConfig`]: the named field, or `()` for none.
+macro_rules! settings_of {
+    ($config:ident) => {
+        &()
+    };
+    ($config:ident, $field:ident) => {
+        &$config.$field
+    };
+}
+
 controllers! {
     /// Network: syncs networks to a backend, Multus NetworkAttachmentDefinitions or OpenStack
     /// Neutron (the samplecrd tutorials).
-    Network => network::DESCRIPTOR,
+    Network(network) => network::DESCRIPTOR,
     /// Foo (samplecontroller.k8s.io): owns an nginx Deployment (kubernetes/sample-controller).
     Foo => foo::DESCRIPTOR,
     /// Foo (example.com): the same Foo in the group of the nakamasato/sample-controller tutorial.
     FooExample => foo::EXAMPLE_DESCRIPTOR,
     /// MyCustomResource: healthy while its friend Pod exists (kubebuilder tutorial).
-    MyCustomResource => my_custom_resource::DESCRIPTOR,
+    MyCustomResource(my_custom_resource) => my_custom_resource::DESCRIPTOR,
 }
 
 impl ControllerName {
@@ -59,13 +93,8 @@ impl ControllerName {
         ControllerName::value_variants()
             .iter()
             .copied()
-            .filter(|c| c.descriptor().runs_by_default)
+            .filter(|c| c.runs_by_default())
             .collect()
-    }
-
-    /// The name in metrics, logs and readiness reports.
-    pub fn label(self) -> &'static str {
-        self.descriptor().name
     }
 }
 
@@ -105,9 +134,8 @@ pub async fn run_with(
 ) {
     let mut manager = Manager::new(client, config.runtime.clone(), telemetry);
     for controller in &config.controllers {
-        let descriptor = controller.descriptor();
-        manager.start(descriptor.name, |shared, stopping| {
-            (descriptor.start)(shared, &config, stopping)
+        manager.start(controller.label(), |shared, stopping| {
+            controller.start(shared, &config, stopping)
         });
     }
     manager.run_until(shutdown).await;
@@ -124,7 +152,7 @@ mod tests {
     fn each_controller_is_named_alike_on_the_command_line_and_in_its_descriptor() {
         for controller in ControllerName::value_variants() {
             let value = controller.to_possible_value().expect("listed");
-            assert_eq!(value.get_name(), controller.descriptor().name);
+            assert_eq!(value.get_name(), controller.label());
         }
     }
 

@@ -35,7 +35,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{predicates, watcher};
 use sample_operator_api::{ExampleFoo, Foo, FooKind};
 
-use crate::RunConfig;
 use crate::runtime::children;
 use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::index::Index;
@@ -59,13 +58,14 @@ impl Kind for ExampleFoo {
 }
 
 /// The Foo controller of `samplecontroller.k8s.io`, for the operator's list of controllers.
-pub const DESCRIPTOR: Descriptor<RunConfig> = descriptor::<Foo>(true);
+pub const DESCRIPTOR: Descriptor<()> = descriptor::<Foo>(true);
 
 /// The Foo controller of `example.com` (seed 004's group), which runs only when asked for: its
 /// CRD is not installed by default.
-pub const EXAMPLE_DESCRIPTOR: Descriptor<RunConfig> = descriptor::<ExampleFoo>(false);
+pub const EXAMPLE_DESCRIPTOR: Descriptor<()> = descriptor::<ExampleFoo>(false);
 
-const fn descriptor<K: Kind>(runs_by_default: bool) -> Descriptor<RunConfig> {
+/// A Foo controller has no settings of its own.
+const fn descriptor<K: Kind>(runs_by_default: bool) -> Descriptor<()> {
     Descriptor {
         name: K::CONTROLLER,
         runs_by_default,

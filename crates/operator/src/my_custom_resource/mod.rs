@@ -27,7 +27,6 @@ use kube::runtime::events::EventType;
 use kube::runtime::{predicates, watcher};
 use sample_operator_api::MyCustomResource;
 
-use crate::RunConfig;
 use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::index::Index;
 use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Wiring};
@@ -38,13 +37,11 @@ use pods::{PodCache, PodKey};
 const CONTROLLER: &str = "my-custom-resource";
 
 /// The MyCustomResource controller, for the operator's list of controllers.
-pub const DESCRIPTOR: Descriptor<RunConfig> = Descriptor {
+pub const DESCRIPTOR: Descriptor<Settings> = Descriptor {
     name: CONTROLLER,
     runs_by_default: true,
     resource: OwnResource::of::<MyCustomResource>(),
-    start: |shared, config, stopping| {
-        crate::runtime::start(shared, wiring(shared, &config.my_custom_resource), stopping)
-    },
+    start: |shared, settings, stopping| crate::runtime::start(shared, wiring(shared, settings), stopping),
 };
 
 /// The MyCustomResource controller's settings.

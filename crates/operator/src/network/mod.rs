@@ -39,7 +39,6 @@ use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::{Predicate, predicates, watcher};
 use sample_operator_api::Network;
 
-use crate::RunConfig;
 use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Wiring};
 use backend::multus::{self, Multus, NetworkAttachmentDefinition};
@@ -52,13 +51,11 @@ use status::Observed;
 const CONTROLLER: &str = "network";
 
 /// The Network controller, for the operator's list of controllers.
-pub const DESCRIPTOR: Descriptor<RunConfig> = Descriptor {
+pub const DESCRIPTOR: Descriptor<Settings> = Descriptor {
     name: CONTROLLER,
     runs_by_default: true,
     resource: OwnResource::of::<Network>(),
-    start: |shared, config, stopping| {
-        crate::runtime::start(shared, wiring(shared, &config.network), stopping)
-    },
+    start: |shared, settings, stopping| crate::runtime::start(shared, wiring(shared, settings), stopping),
 };
 
 /// Holds a deleted Network until the backend has let go of it.

@@ -16,7 +16,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{predicates, watcher};
 use kube::{CustomResource, CustomResourceExt, KubeSchema, Resource, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
-use sample_operator::RunConfig;
 use sample_operator::runtime::descriptor::{Descriptor, OwnResource};
 use sample_operator::runtime::status::{Condition, Ready};
 use sample_operator::runtime::watch::{no_index, no_preparation};
@@ -233,12 +232,13 @@ pub fn wiring(shared: &Shared) -> Wiring<GreetingReconciler> {
 
 // Step 6: the descriptor, which the operator's list of controllers names.
 
-/// The Greeting controller, for the operator's list of controllers.
-pub const DESCRIPTOR: Descriptor<RunConfig> = Descriptor {
+/// The Greeting controller, for the operator's list of controllers. It has no settings of
+/// its own: `()`.
+pub const DESCRIPTOR: Descriptor<()> = Descriptor {
     name: "greeting",
     runs_by_default: true,
     resource: OwnResource::of::<Greeting>(),
-    start: |shared, _config, stopping| sample_operator::runtime::start(shared, wiring(shared), stopping),
+    start: |shared, _settings, stopping| sample_operator::runtime::start(shared, wiring(shared), stopping),
 };
 
 // The tests.
@@ -300,7 +300,7 @@ async fn the_guides_controller_keeps_the_message_and_leaves_a_foreign_config_map
     };
     let mut manager = Manager::new(client.clone(), runtime, Telemetry::new(Default::default()));
     manager.start(DESCRIPTOR.name, |shared, stopping| {
-        (DESCRIPTOR.start)(shared, &RunConfig::default(), stopping)
+        (DESCRIPTOR.start)(shared, &(), stopping)
     });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let operator = tokio::spawn(manager.run_until(async move {
