@@ -342,6 +342,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         let telemetry = telemetry.clone();
         move |stopped| crate::run_with(client, run, telemetry, stopped)
     };
+    let telemetry_health = telemetry.health.clone();
     let outcome = if args.leader_election.leader_elect {
         let election = &args.leader_election;
         let lease = LeaseConfig {
@@ -367,12 +368,12 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
             .metrics
             .set_leader(&args.leader_election.leader_election_name, true);
         let mut controllers = Supervised::spawn(controllers);
-        tokio::select! {
-            _ = shutdown_signal() => {}
-            _ = controllers.ended() => {}
-        }
+        let outcome = tokio::select! {
+            _ = shutdown_signal() => Outcome::Stopped,
+            _ = controllers.ended() => Outcome::ControllersEnded,
+        };
         controllers.drain(drain).await;
-        Outcome::Stopped
+        outcome
     };
     let _ = stop_http.send(());
     let _ = http.await;
@@ -387,6 +388,10 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         Outcome::RenewalsFailed => Err(
             "could not renew the leader lease before it expired (is the API server reachable, may this replica update Leases?); exiting so that this replica restarts as a standby".into(),
         ),
+        Outcome::ControllersEnded => Err(format!(
+            "{}; exiting so that Kubernetes restarts the operator",
+            telemetry_health.liveness().err().unwrap_or_else(|| "the controllers ended".into())
+        )),
     }
 }
 

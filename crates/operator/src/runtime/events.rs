@@ -83,11 +83,19 @@ impl Events {
     }
 }
 
+impl Drop for Publisher {
+    /// A run that is aborted (a lost lease) drops its publisher unfinished: its queued events
+    /// are not sent, by a process that may no longer act for the cluster.
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Publisher {
     /// Once every [`Events`] handle is dropped, waits up to `timeout` for the queued events to
     /// be published, so that a stopping operator does not lose its last reports.
-    pub async fn finish(self, timeout: Duration) {
-        if tokio::time::timeout(timeout, self.0).await.is_err() {
+    pub async fn finish(mut self, timeout: Duration) {
+        if tokio::time::timeout(timeout, &mut self.0).await.is_err() {
             tracing::warn!("events still queued at shutdown were not published");
         }
     }

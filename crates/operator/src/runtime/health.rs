@@ -1,8 +1,11 @@
 //! What `/healthz` and `/readyz` report.
 //!
-//! Alive means the process serves requests. Ready means the controllers' caches are synced;
-//! a standby that waits for the leader lease runs no controllers and is ready too, so a
-//! rollout is not held up by the replica that is, by design, idle.
+//! Alive means the process serves requests and none of its controllers has died: a controller
+//! whose task ended or panicked outside the guarded reconcile will not come back, so the
+//! process says so on `/healthz` (and exits), for Kubernetes to restart it. Ready means the
+//! controllers' caches are synced; a standby that waits for the leader lease runs no
+//! controllers and is ready too, so a rollout is not held up by the replica that is, by design,
+//! idle.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -11,6 +14,8 @@ use std::sync::Mutex;
 pub struct Health {
     /// Controllers started whose caches are not synced yet.
     unsynced: Mutex<BTreeSet<&'static str>>,
+    /// Why the process is no longer alive: the controller that died, and how.
+    dead: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -27,6 +32,19 @@ impl Health {
     /// Controllers stopped (standby again, or shutting down): nothing to wait for.
     pub fn stopped(&self) {
         self.unsynced.lock().expect("health lock").clear();
+    }
+
+    /// A controller died: the process is no longer alive, whatever happens next.
+    pub fn died(&self, why: String) {
+        self.dead.lock().expect("health lock").get_or_insert(why);
+    }
+
+    /// `Ok` while alive, else why not.
+    pub fn liveness(&self) -> Result<(), String> {
+        match &*self.dead.lock().expect("health lock") {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
     }
 
     /// `Ok` when ready, else the controllers still syncing.
@@ -54,5 +72,15 @@ mod tests {
         assert_eq!(health.readiness(), Err(vec!["network"]));
         health.synced("network");
         assert_eq!(health.readiness(), Ok(()));
+    }
+
+    #[test]
+    fn a_death_is_kept_and_the_first_cause_told() {
+        let health = Health::default();
+        assert_eq!(health.liveness(), Ok(()));
+        health.died("controller foo panicked".into());
+        health.died("controller network ended".into());
+        health.stopped();
+        assert_eq!(health.liveness(), Err("controller foo panicked".into()));
     }
 }

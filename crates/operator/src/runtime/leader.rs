@@ -43,6 +43,11 @@ pub enum Outcome {
     LostLease,
     /// No renewal landed in time: another replica may take the lease at any moment.
     RenewalsFailed,
+    /// The controllers ended by themselves (one died, see [`Health::liveness`]); the lease was
+    /// released for a standby to take over.
+    ///
+    /// [`Health::liveness`]: super::health::Health::liveness
+    ControllersEnded,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +95,7 @@ where
     tracing::info!(%identity, "acquired the leader lease: starting controllers");
     telemetry.metrics.set_leader(&lease.name, true);
     let renewals_stop = renewals_stop(client, lease.clone(), identity.clone());
-    let controllers = Supervised::spawn(work);
+    let mut controllers = Supervised::spawn(work);
 
     let outcome = tokio::select! {
         _ = &mut shutdown => {
@@ -110,6 +115,7 @@ where
             tracing::error!(%identity, "could not renew the leader lease in time: stopped the controllers");
             Outcome::RenewalsFailed
         }
+        () = controllers.ended() => Outcome::ControllersEnded,
     };
     telemetry.health.stopped();
     telemetry.metrics.set_leader(&lease.name, false);

@@ -2,14 +2,21 @@
 //! together; [`Supervised`] holds such a run in a task of its own, which the command line (no
 //! election) and [`leader`](super::leader) election (while the lease is held) both drain on
 //! shutdown or abort when another replica may already be writing.
+//!
+//! Aborting a run stops everything it started, at once: the controllers' tasks (and with them
+//! every reconcile and backend request in flight) and the publishing of queued events. A
+//! controller whose task ends by itself before shutdown, or panics outside the guarded
+//! reconcile, will not come back: the manager marks the process dead on `/healthz` and stops
+//! the others, and the process exits for Kubernetes to restart it.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared as SharedFuture};
 use kube::Client;
 use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::task::{Id, JoinHandle, JoinSet};
 
 use super::{RuntimeConfig, Shared, Telemetry, events};
 
@@ -19,12 +26,14 @@ pub type Stopping = SharedFuture<BoxFuture<'static, ()>>;
 /// How long a stopping run waits for its queued events to be published.
 const EVENTS_AT_SHUTDOWN: Duration = Duration::from_secs(5);
 
-/// The controllers of one run, on one set of [`Shared`] handles.
+/// The controllers of one run, on one set of [`Shared`] handles. Dropped unfinished (its run
+/// aborted), it aborts them.
 pub struct Manager {
     shared: Shared,
     publisher: events::Publisher,
     stop: watch::Sender<bool>,
-    controllers: Vec<JoinHandle<()>>,
+    controllers: JoinSet<()>,
+    names: HashMap<Id, &'static str>,
 }
 
 impl Manager {
@@ -35,7 +44,8 @@ impl Manager {
             shared,
             publisher,
             stop: watch::channel(false).0,
-            controllers: Vec::new(),
+            controllers: JoinSet::new(),
+            names: HashMap::new(),
         }
     }
 
@@ -54,22 +64,40 @@ impl Manager {
         .boxed()
         .shared();
         let controller = start(&self.shared, stopping);
-        self.controllers.push(tokio::spawn(controller));
+        let task = self.controllers.spawn(controller);
+        self.names.insert(task.id(), name);
     }
 
-    /// Runs the controllers until `shutdown` completes; each then finishes the reconciles it
-    /// has in flight, and the events they queued are published.
-    pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
-        shutdown.await;
-        let _ = self.stop.send(true);
-        for controller in self.controllers {
-            let _ = controller.await;
+    /// Runs the controllers until `shutdown` completes, or until one of them ends by itself;
+    /// each then finishes the reconciles it has in flight, and the events they queued are
+    /// published. A controller that ended by itself marks the process dead.
+    pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) {
+        tokio::select! {
+            () = shutdown => {}
+            Some(ended) = self.controllers.join_next_with_id() => {
+                let why = match ended {
+                    Ok((id, ())) => format!("controller {} ended", self.name(id)),
+                    Err(error) if error.is_panic() => format!("controller {} panicked", self.name(error.id())),
+                    Err(error) => format!("controller {} was cancelled", self.name(error.id())),
+                };
+                tracing::error!(%why, "a controller died: stopping the others");
+                self.shared.health.died(why);
+            }
         }
-        let health = self.shared.health.clone();
+        let _ = self.stop.send(true);
+        while self.controllers.join_next().await.is_some() {}
+        let Self {
+            shared, publisher, ..
+        } = self;
+        let health = shared.health.clone();
         // The publisher ends once every handle to its queue is gone.
-        drop(self.shared);
-        self.publisher.finish(EVENTS_AT_SHUTDOWN).await;
+        drop(shared);
+        publisher.finish(EVENTS_AT_SHUTDOWN).await;
         health.stopped();
+    }
+
+    fn name(&self, id: Id) -> &'static str {
+        self.names.get(&id).copied().unwrap_or("(unknown)")
     }
 }
 
@@ -132,6 +160,68 @@ impl Supervised {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A manager whose client points nowhere (its controllers send no request).
+    fn manager(telemetry: Telemetry) -> Manager {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        Manager::new(client, RuntimeConfig::default(), telemetry)
+    }
+
+    #[tokio::test]
+    async fn a_controller_that_panics_marks_the_process_dead_and_stops_the_others() {
+        let telemetry = Telemetry::new(Default::default());
+        let mut manager = manager(telemetry.clone());
+        let (stopped_tx, stopped) = oneshot::channel::<()>();
+        manager.start("steady", |_, stopping| {
+            async move {
+                stopping.await;
+                let _ = stopped_tx.send(());
+            }
+            .boxed()
+        });
+        manager.start("faulty", |_, _| {
+            async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                panic!("injected");
+            }
+            .boxed()
+        });
+        let never = std::future::pending::<()>();
+        tokio::time::timeout(Duration::from_secs(5), manager.run_until(never))
+            .await
+            .expect("the run ends without a shutdown");
+        stopped.await.expect("the other controller was asked to stop");
+        assert_eq!(
+            telemetry.health.liveness(),
+            Err("controller faulty panicked".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn an_aborted_run_aborts_its_controllers() {
+        let (started_tx, started) = oneshot::channel::<()>();
+        let (dropped_tx, dropped) = oneshot::channel::<()>();
+        let run = Supervised::spawn(|stopped| async move {
+            let mut manager = manager(Telemetry::new(Default::default()));
+            manager.start("busy", |_, _| {
+                async move {
+                    // A reconcile in flight, which would ignore a request to stop.
+                    let _guard = dropped_tx;
+                    let _ = started_tx.send(());
+                    std::future::pending::<()>().await;
+                }
+                .boxed()
+            });
+            manager.run_until(stopped).await;
+        });
+        started.await.unwrap();
+        run.abort();
+        tokio::time::timeout(Duration::from_secs(5), dropped)
+            .await
+            .expect("the controller's task ended with its run")
+            .expect_err("dropped, not completed");
+    }
 
     #[tokio::test]
     async fn drain_waits_for_work_that_stops_and_aborts_work_that_does_not() {

@@ -23,7 +23,7 @@ pub async fn serve(
     let bound = listener.local_addr()?;
     let app = Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(Arc::new(telemetry));
     let task = tokio::spawn(async move {
@@ -44,6 +44,13 @@ async fn metrics(State(telemetry): State<Arc<Telemetry>>) -> impl IntoResponse {
         )],
         telemetry.metrics.render(),
     )
+}
+
+async fn healthz(State(telemetry): State<Arc<Telemetry>>) -> impl IntoResponse {
+    match telemetry.health.liveness() {
+        Ok(()) => (StatusCode::OK, "ok".to_owned()),
+        Err(why) => (StatusCode::INTERNAL_SERVER_ERROR, format!("not alive: {why}")),
+    }
 }
 
 async fn readyz(State(telemetry): State<Arc<Telemetry>>) -> impl IntoResponse {

@@ -50,6 +50,17 @@ pub struct Neutron {
     session: Arc<Session>,
     cluster_id: String,
     observations: Arc<Observations>,
+    _listing: ListingTask,
+}
+
+/// The task that lists Neutron, which ends with the backend: a run that is aborted (a deposed
+/// leader) sends Neutron no further request, not even a listing.
+struct ListingTask(tokio::task::JoinHandle<()>);
+
+impl Drop for ListingTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Neutron {
@@ -61,24 +72,28 @@ impl Neutron {
     ) -> (Self, impl Stream<Item = ()> + Send + Sync + 'static) {
         let session = Arc::new(Session::new(config.source, metrics));
         let observations = Arc::new(Observations::default());
-        let backend = Self {
-            session: session.clone(),
-            cluster_id: config.cluster_id.clone(),
-            observations: observations.clone(),
-        };
         let cluster_tag = model::cluster_tag(&config.cluster_id);
         let (resync_tx, resyncs) = futures::channel::mpsc::unbounded();
         // A task of its own: the stream a controller polls must be Sync, the SDK's futures are
-        // not. It ends at the first resync after the controller is gone.
-        tokio::spawn(async move {
-            loop {
-                observations.list(&session, &cluster_tag).await;
-                if resync_tx.unbounded_send(()).is_err() {
-                    break;
+        // not.
+        let listing = tokio::spawn({
+            let (session, observations) = (session.clone(), observations.clone());
+            async move {
+                loop {
+                    observations.list(&session, &cluster_tag).await;
+                    if resync_tx.unbounded_send(()).is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(config.resync).await;
                 }
-                tokio::time::sleep(config.resync).await;
             }
         });
+        let backend = Self {
+            session,
+            cluster_id: config.cluster_id,
+            observations,
+            _listing: ListingTask(listing),
+        };
         (backend, resyncs)
     }
 
