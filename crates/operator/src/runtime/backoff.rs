@@ -47,6 +47,14 @@ impl<Key: Eq + Hash> Backoff<Key> {
     pub fn reset(&self, key: &Key) {
         self.failures.lock().expect("backoff lock").remove(key);
     }
+
+    /// Keeps the failures of the keys `keep` says to: the others' objects are gone.
+    pub fn retain(&self, mut keep: impl FnMut(&Key) -> bool) {
+        self.failures
+            .lock()
+            .expect("backoff lock")
+            .retain(|key, _| keep(key));
+    }
 }
 
 impl<Key: Eq + Hash> Default for Backoff<Key> {
@@ -68,6 +76,20 @@ mod tests {
         assert_eq!(backoff.next_delay("b").as_millis(), 100, "keys are independent");
         backoff.reset(&"a");
         assert_eq!(backoff.next_delay("a").as_millis(), 100);
+    }
+
+    #[test]
+    fn retain_forgets_the_others() {
+        let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        backoff.next_delay("gone");
+        backoff.next_delay("here");
+        backoff.retain(|key| *key == "here");
+        assert_eq!(backoff.len(), 1);
+        assert_eq!(
+            backoff.next_delay("here").as_millis(),
+            200,
+            "its failures are kept"
+        );
     }
 
     #[test]

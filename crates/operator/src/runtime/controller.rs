@@ -27,7 +27,7 @@ use kube::api::Api;
 use kube::core::object::HasStatus;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -224,6 +224,32 @@ impl<R: Reconciler> Runner<R> {
         result
     }
 
+    /// Forgets the backoff and own writes of objects no longer in `store`, every [`SWEEP`]
+    /// until `stopping` completes: a deleted object gets no reconcile that would reset them, and
+    /// one deleted while the watch was away gets no deletion event either.
+    async fn forget_the_gone_until(
+        self: Arc<Self>,
+        store: Store<R::Object>,
+        stopping: SharedFuture<BoxFuture<'static, ()>>,
+    ) {
+        let mut ticks = tokio::time::interval(SWEEP);
+        let mut stopping = std::pin::pin!(stopping);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => self.forget_the_gone(&store),
+                () = &mut stopping => return,
+            }
+        }
+    }
+
+    fn forget_the_gone(&self, store: &Store<R::Object>) {
+        self.backoff.retain(|key| store.get(key).is_some());
+        self.context.own_writes.retain(|key| store.get(key).is_some());
+        self.context
+            .metrics
+            .set_awaiting_retry(self.name, self.backoff.len());
+    }
+
     fn forget_failures(&self, object: &R::Object) {
         self.backoff.reset(&ObjectRef::from_obj(object));
         self.context
@@ -344,26 +370,33 @@ pub async fn run<R: Reconciler>(
 
     shared.metrics.controller_started(name, shared.config.concurrency);
     shared.metrics.observe_readiness(name, controller.store());
+    let sweeps = runner
+        .clone()
+        .forget_the_gone_until(controller.store(), stopping.clone());
     let controller = controller
         .with_config(kube::runtime::controller::Config::default().concurrency(shared.config.concurrency));
     let controller = match shared.config.resync {
         Some(interval) => controller.reconcile_all_on(resync_ticks(interval)),
         None => controller,
     };
-    controller
+    let reconciles = controller
         .graceful_shutdown_on(stopping)
         .run(
             |object, runner: Arc<Runner<R>>| async move { runner.reconcile(object).await },
             |object, error, runner| runner.error_policy(&object, error),
             runner,
         )
-        .for_each(|result| async move {
+        .for_each(move |result| {
             if let Err(error) = result {
                 tracing::debug!(controller = name, %error, "controller");
             }
-        })
-        .await;
+            futures::future::ready(())
+        });
+    futures::join!(reconciles, sweeps);
 }
+
+/// How often a controller forgets what it kept about objects that are gone.
+const SWEEP: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {
@@ -482,6 +515,34 @@ mod tests {
             runner.error_policy(&cm, &error),
             Action::requeue(Duration::from_millis(100)),
             "the first failure after a success waits the shortest time"
+        );
+    }
+
+    #[tokio::test]
+    async fn what_is_kept_about_a_deleted_object_is_forgotten() {
+        use FakeError::Down;
+        let fake = Fake {
+            results: Mutex::new(vec![Err(Down), Err(Down)]),
+        };
+        let (runner, metrics) = runner(fake, vec![]);
+        let (store, mut writer) = kube::runtime::reflector::store::<ConfigMap>();
+        let (gone, here) = (object("gone"), object("here"));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply((*here).clone()));
+        for cm in [&gone, &here] {
+            let error = runner.reconcile(cm.clone()).await.unwrap_err();
+            runner.error_policy(cm, &error);
+        }
+        assert_eq!(runner.backoff.len(), 2);
+        runner.forget_the_gone(&store);
+        assert_eq!(
+            runner.backoff.len(),
+            1,
+            "only the object still cached waits for a retry"
+        );
+        assert!(
+            metrics
+                .render()
+                .contains(r#"objects_awaiting_retry{controller="fake"} 1"#)
         );
     }
 

@@ -99,6 +99,15 @@ where
             .insert(ObjectRef::from_obj(&written), (version, Arc::new(written)));
     }
 
+    /// Keeps the writes of the objects `keep` says to: the others are gone (deleted while the
+    /// watch was away, which then delivers no deletion).
+    pub fn retain(&self, mut keep: impl FnMut(&ObjectRef<K>) -> bool) {
+        self.writes
+            .lock()
+            .expect("not poisoned")
+            .retain(|key, _| keep(key));
+    }
+
     /// Forgets the writes the watch has now delivered (or made moot by a deletion), so that the
     /// map holds only writes in flight.
     pub fn observe(&self, event: &Event<K>) {

@@ -181,7 +181,12 @@ impl Shared {
             .default_backoff()
             // The CRD's name (`foos.example.com`) tells the kinds of one plural apart.
             .inspect(self.metrics.watch_observer(K::crd_name()))
-            .modify(|obj| obj.managed_fields_mut().clear())
+            // No reconcile reads them: a 250 KB annotation (kubectl's last-applied
+            // configuration of a large object) must not be cached per object.
+            .modify(|obj| {
+                obj.managed_fields_mut().clear();
+                obj.meta_mut().annotations = None;
+            })
             .inspect_ok(move |event| index(event))
             .reflect(writer)
             .inspect_ok(move |event| seen.observe(event))
