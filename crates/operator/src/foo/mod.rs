@@ -29,6 +29,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -105,13 +106,11 @@ impl ReconcileError for Error {
         matches!(self, Error::InvalidSpec(_))
     }
 
-    /// Nothing watches a foreign Deployment, so a conflict is noticed to be over only by
-    /// retrying: keep those retries within half a minute.
+    /// A foreign Deployment in the way is watched (its metadata), so the end of a conflict
+    /// triggers a reconcile at once; retries only back that up, up to the backoff's cap of
+    /// minutes, so that thousands of blocked Foos cost few requests.
     fn max_delay(&self) -> Duration {
-        match self {
-            Error::ResourceExists(_) => Duration::from_secs(30),
-            _ => Duration::MAX,
-        }
+        Duration::MAX
     }
 }
 
@@ -126,8 +125,14 @@ pub struct FooReconciler<K> {
 
 /// The controller of Foos of kind `K`: its watches, caches and domain.
 pub fn wiring<K: Kind>(shared: &Shared) -> Wiring<FooReconciler<K>> {
+    // Foos by the Deployment they name, so that a foreign Deployment's event reaches the Foos
+    // it blocks; kept from the Foo watch, ahead of its cache.
+    let by_deployment = Index::new(named_deployment::<K>);
+    let index = by_deployment.clone();
     // Our own status writes do not change the generation: they need no reconcile.
-    let foos = shared.watch_primary::<K>(watcher::Config::default(), predicates::generation, |_| {});
+    let foos = shared.watch_primary::<K>(watcher::Config::default(), predicates::generation, move |event| {
+        index.apply(event)
+    });
     let owned = Index::new(controlling_foo_uid::<K>);
     let index = owned.clone();
     let selector = format!("{}={}", deployment::MANAGED_BY_LABEL, deployment::MANAGED_BY);
@@ -138,9 +143,26 @@ pub fn wiring<K: Kind>(shared: &Shared) -> Wiring<FooReconciler<K>> {
         no_preparation,
         move |event| index.apply(event),
     );
+    // Any other Deployment may be in a Foo's way: its changes and deletion are watched (their
+    // metadata, not cached) and reach the Foos that name it.
+    let foreign = shared.watch_triggers(
+        shared.api::<PartialObjectMeta<Deployment>>(),
+        "foreign-deployments",
+        watcher::Config::default().labels(&format!(
+            "{}!={}",
+            deployment::MANAGED_BY_LABEL,
+            deployment::MANAGED_BY
+        )),
+    );
+    let controller = Controller::for_stream(foos.events, foos.store)
+        .owns_stream(deployments.events)
+        .watches_stream(foreign, move |d| {
+            let key = (d.namespace().unwrap_or_default(), d.name_any());
+            by_deployment.get(&key)
+        });
     Wiring {
         name: K::CONTROLLER,
-        controller: Controller::for_stream(foos.events, foos.store).owns_stream(deployments.events),
+        controller,
         reconciler: FooReconciler {
             deployments: deployments.store,
             owned,
@@ -149,6 +171,14 @@ pub fn wiring<K: Kind>(shared: &Shared) -> Wiring<FooReconciler<K>> {
         own_writes: foos.own_writes,
         caches: vec![foos.synced, deployments.synced],
     }
+}
+
+/// The index key of a Foo: the Deployment it names, in its own namespace.
+fn named_deployment<K: Kind>(foo: &K) -> Vec<(String, String)> {
+    foo.namespace()
+        .map(|namespace| (namespace, foo.spec().deployment_name.clone()))
+        .into_iter()
+        .collect()
 }
 
 /// The uid of the Foo of kind `K` that controls `deployment`: a Foo of the other group is

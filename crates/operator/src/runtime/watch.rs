@@ -235,6 +235,29 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Watches `api`'s objects (as `selection` says) without caching them: the changed and
+    /// deleted ones, for a controller to map to its objects. For objects that only ever
+    /// trigger, such as a foreign object in the way of one of the controller's; watched as
+    /// `PartialObjectMeta`, their metadata is all that comes, and none is kept.
+    pub fn watch_triggers<C>(
+        &self,
+        api: Api<C>,
+        name: &'static str,
+        selection: watcher::Config,
+    ) -> BoxStream<'static, Result<C, watcher::Error>>
+    where
+        C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let selection = self.config.initial_list.apply(selection);
+        watcher::watcher(api, selection)
+            .default_backoff()
+            .inspect(self.metrics.watch_observer(name))
+            .touched_objects()
+            .boxed()
+    }
+}
+
 /// Caches objects as they come.
 pub fn no_preparation<C>(_: &mut C) {}
 

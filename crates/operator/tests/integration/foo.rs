@@ -415,6 +415,58 @@ async fn renaming_the_deployment_moves_the_workload<K: Group>() {
     ns.delete().await;
 }
 
+/// A Foo blocked by a foreign Deployment backs off to minutes between retries, so that many of
+/// them cost few requests; the Deployment's removal, which the operator watches, unblocks it at
+/// once. Blocked for 16 s, its next retry is some 16 s away (the backoff doubles from 250 ms):
+/// its Deployment made within 8 s of the removal is the watch's doing.
+#[tokio::test]
+async fn a_conflict_backs_off_and_ends_as_soon_as_the_foreign_deployment_goes() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-conflict-ends").await;
+    let deployments = ns.api::<Deployment>();
+    deployments
+        .create(&PostParams::default(), &plain_deployment("blocking"))
+        .await
+        .unwrap();
+    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
+    let foos = ns.api::<Foo>();
+    foos.create(&PostParams::default(), &foo("blocked", "blocking", Some(1)))
+        .await
+        .unwrap();
+    testing::wait_for(&foos, "blocked", "ResourceExists", TIMEOUT, |f| {
+        ready(f).is_some_and(|r| r.1 == "ResourceExists")
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let before = operator.requests();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let blocked = operator.requests().since(&before);
+    assert!(
+        blocked.writes() <= 2,
+        "a Foo blocked for 16 s retries every few seconds at most: {blocked:?}"
+    );
+
+    deployments
+        .delete("blocking", &DeleteParams::background())
+        .await
+        .unwrap();
+    let removed = std::time::Instant::now();
+    testing::wait_for(&deployments, "blocking", "the Foo's own", TIMEOUT, |d| {
+        d.owner_references().iter().any(|o| o.name == "blocked")
+    })
+    .await
+    .unwrap();
+    let taken = removed.elapsed();
+    assert!(
+        taken < Duration::from_secs(8),
+        "the Foo made its Deployment {taken:?} after the foreign one was removed"
+    );
+    wait_available(&foos, "blocked", 1).await;
+    operator.stop().await;
+    ns.delete().await;
+}
+
 #[tokio::test]
 async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
     let client = client_with_crds().await;
