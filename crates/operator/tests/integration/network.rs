@@ -221,9 +221,9 @@ async fn the_seeds_network_is_synced_to_an_owned_attachment_definition() {
         config_of(&nad),
         json!({
             "cniVersion": "1.0.0",
-            "name": "example-network",
+            "name": format!("{}.{}", ns.name, n.uid().unwrap()),
             "type": "bridge",
-            "bridge": multus::bridge_name(&ns.name, "example-network", &n.validate().unwrap()),
+            "bridge": multus::bridge_name(&n.uid().unwrap(), &n.validate().unwrap()),
             "isGateway": true,
             "ipam": {
                 "type": "host-local",
@@ -496,6 +496,7 @@ async fn networks_in_different_namespaces_may_overlap() {
         "{}",
         message(&refused)
     );
+    let mut pools = Vec::new();
     for tenant in [&tenant_a, &tenant_b] {
         let nad = tenant
             .api::<NetworkAttachmentDefinition>()
@@ -503,7 +504,12 @@ async fn networks_in_different_namespaces_may_overlap() {
             .await
             .unwrap();
         assert_eq!(subnet_of(&nad), "10.50.0.0/16");
+        let config = config_of(&nad);
+        pools.push((config["name"].clone(), config["bridge"].clone()));
     }
+    // Same-named Networks of two tenants: each its own IPAM pool and bridge on the nodes.
+    assert_ne!(pools[0].0, pools[1].0, "CNI network names (IPAM pools): {pools:?}");
+    assert_ne!(pools[0].1, pools[1].1, "bridges: {pools:?}");
     wait_synced(&b, "shared", TIMEOUT).await;
 
     operator.stop().await;

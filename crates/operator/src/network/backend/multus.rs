@@ -108,34 +108,43 @@ pub fn selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY}")
 }
 
-/// The name of the Linux bridge of a Network's addressing. Interface names have at most 15
-/// bytes and a Network's namespace and name together up to 316, so the name is a hash (FNV-1a,
-/// not std's hasher, whose output may change): stable across restarts and versions, one
-/// bridge, one layer-2 segment, per Network. The prefix and gateway are hashed too, because
-/// the bridge holds the gateway address and the CNI bridge plugin refuses a bridge that holds
+/// The CNI network's name of the Network with `uid` in `namespace`. host-local IPAM keeps one
+/// address pool per CNI network name (a folder of that name on each node), so the name must be
+/// one Network's alone: same-named Networks in two namespaces must not share a pool, nor may a
+/// Network recreated under the same name inherit the leases of the one before. The UID makes it
+/// so, and keeps it short enough for a folder name whatever the Network's name; the namespace
+/// in front tells a node's admin whose pool it is.
+pub fn cni_network_name(namespace: &str, uid: &str) -> String {
+    format!("{namespace}.{uid}")
+}
+
+/// The name of the Linux bridge of the Network with `uid` and `addressing`. Interface names
+/// have at most 15 bytes, so the name is a hash (FNV-1a, not std's hasher, whose output may
+/// change): stable across restarts and versions, one bridge, one layer-2 segment, per Network.
+/// It hashes the UID, which the API server picks, not a name a tenant picks: nobody can build
+/// a Network whose bridge is another's. The prefix and gateway are hashed too, because the
+/// bridge holds the gateway address and the CNI bridge plugin refuses a bridge that holds
 /// another: a changed Network gets a new bridge on each node, and its Pods from then on join
 /// that one (the old bridge stays, with the Pods made before the change, until the node
 /// removes it).
-pub fn bridge_name(namespace: &str, name: &str, addressing: &Addressing) -> String {
-    let key = format!("{namespace}/{name}/{}/{}", addressing.prefix, addressing.gateway);
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+pub fn bridge_name(uid: &str, addressing: &Addressing) -> String {
+    use std::hash::Hasher;
+    let mut hash = fnv::FnvHasher::default();
+    hash.write(format!("{uid}/{}/{}", addressing.prefix, addressing.gateway).as_bytes());
     // "br-" and 12 hex digits: 15 bytes.
-    format!("br-{:012x}", hash >> 16)
+    format!("br-{:012x}", hash.finish() >> 16)
 }
 
-/// The CNI configuration of a Network: a bridge of its own that holds the gateway address
-/// (`isGateway`), and host-local IPAM handing out the rest of the prefix. No default route:
-/// this is a secondary network, the pod's primary one keeps it.
-pub fn cni_config(namespace: &str, name: &str, addressing: &Addressing) -> String {
+/// The CNI configuration of the Network with `uid` in `namespace`: a bridge of its own that
+/// holds the gateway address (`isGateway`), and host-local IPAM handing out the rest of the
+/// prefix from a pool of its own. No default route: this is a secondary network, the pod's
+/// primary one keeps it.
+pub fn cni_config(namespace: &str, uid: &str, addressing: &Addressing) -> String {
     let config = json!({
         "cniVersion": CNI_VERSION,
-        "name": name,
+        "name": cni_network_name(namespace, uid),
         "type": "bridge",
-        "bridge": bridge_name(namespace, name, addressing),
+        "bridge": bridge_name(uid, addressing),
         "isGateway": true,
         "ipam": {
             "type": "host-local",
@@ -169,11 +178,11 @@ pub fn desired(
             name: Some(name.clone()),
             namespace: Some(namespace.clone()),
             labels: Some(BTreeMap::from([(MANAGED_BY_LABEL.into(), MANAGED_BY.into())])),
-            owner_references: Some(vec![owner]),
+            owner_references: Some(vec![owner.clone()]),
             ..Default::default()
         },
         spec: NetworkAttachmentDefinitionSpec {
-            config: Some(cni_config(&namespace, &name, addressing)),
+            config: Some(cni_config(&namespace, &owner.uid, addressing)),
         },
     }
 }
@@ -389,9 +398,9 @@ mod tests {
             config(&nad),
             json!({
                 "cniVersion": "1.0.0",
-                "name": "blue",
+                "name": "tenant.uid-1",
                 "type": "bridge",
-                "bridge": bridge_name("tenant", "blue", &addressing("192.168.0.0/16", "192.168.0.1")),
+                "bridge": bridge_name("uid-1", &addressing("192.168.0.0/16", "192.168.0.1")),
                 "isGateway": true,
                 "ipam": {
                     "type": "host-local",
@@ -414,29 +423,31 @@ mod tests {
 
     #[test]
     fn bridge_names_fit_an_interface_name_and_differ_per_network_and_addressing() {
-        let long = "x".repeat(253);
         let a = addressing("10.0.0.0/24", "10.0.0.1");
-        for (namespace, name) in [("a", "b"), ("tenant", "blue"), (long.as_str(), long.as_str())] {
-            let bridge = bridge_name(namespace, name, &a);
-            assert_eq!(bridge.len(), 15, "{bridge}");
-            assert_eq!(bridge, bridge_name(namespace, name, &a), "stable");
-        }
-        assert_ne!(bridge_name("a", "bc", &a), bridge_name("ab", "c", &a));
-        assert_ne!(
-            bridge_name("tenant", "blue", &a),
-            bridge_name("other", "blue", &a)
-        );
+        let uid = "6a1e6a38-2d7c-4b54-9b8e-1f6f3a0c9d21";
+        let bridge = bridge_name(uid, &a);
+        assert_eq!(bridge.len(), 15, "{bridge}");
+        assert_eq!(bridge, bridge_name(uid, &a), "stable");
+        assert_ne!(bridge, bridge_name("another-uid", &a), "one bridge per Network");
         // The CNI bridge plugin refuses a bridge holding another gateway address.
         let moved = addressing("10.0.1.0/24", "10.0.1.1");
         let regateway = addressing("10.0.0.0/24", "10.0.0.254");
-        assert_ne!(
-            bridge_name("tenant", "blue", &a),
-            bridge_name("tenant", "blue", &moved)
-        );
-        assert_ne!(
-            bridge_name("tenant", "blue", &a),
-            bridge_name("tenant", "blue", &regateway)
-        );
+        assert_ne!(bridge, bridge_name(uid, &moved));
+        assert_ne!(bridge, bridge_name(uid, &regateway));
+    }
+
+    #[test]
+    fn same_named_networks_of_two_namespaces_have_pools_of_their_own() {
+        let a = addressing("10.0.0.0/24", "10.0.0.1");
+        let name = |namespace: &str, uid: &str| {
+            let config: serde_json::Value = serde_json::from_str(&cni_config(namespace, uid, &a)).unwrap();
+            config["name"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(name("team-a", "uid-a"), "team-a.uid-a");
+        assert_ne!(name("team-a", "uid-a"), name("team-b", "uid-b"));
+        assert_ne!(name("team-a", "uid-a"), name("team-a", "uid-recreated"));
+        // A folder name on the node: short whatever the Network's name.
+        assert!(cni_network_name(&"n".repeat(63), "6a1e6a38-2d7c-4b54-9b8e-1f6f3a0c9d21").len() <= 100);
     }
 
     #[test]
