@@ -428,6 +428,33 @@ async fn a_pod_on_the_real_node_gets_an_interface_on_its_network() {
         "exec", "-n", &ns.name, "first", "--", "ping", "-c", "1", "-W", "2", &gateway,
     ])
     .await;
+
+    // A same-named Network of another namespace: a pool and a bridge of its own, and its Pod an
+    // address in its own prefix while the first one's Pod keeps its address.
+    let other_ns = TestNamespace::create(&client, "real-multus-other").await;
+    let other_operator = Operator::start(&other_ns.name, &[ControllerName::Network]).await;
+    let other_networks: Api<Network> = other_ns.api();
+    let other_pods: Api<Pod> = other_ns.api();
+    let third = format!("10.{a}.{}", b + 2);
+    other_networks
+        .create(
+            &PostParams::default(),
+            &crate::support::network("lab", &format!("{third}.0/24"), &format!("{third}.1")),
+        )
+        .await
+        .unwrap();
+    crate::network::wait_synced(&other_networks, "lab", TIMEOUT).await;
+    other_pods
+        .create(&PostParams::default(), &attached_pod("other", "lab"))
+        .await
+        .unwrap();
+    wait_ready(&other_pods, "test=multus", 1).await;
+    let other_address = net1_address(&other_ns.name, "other").await;
+    assert!(other_address.starts_with(&format!("{third}.")), "{other_address}");
+    assert_eq!(net1_address(&ns.name, "first").await, address);
+    delete_promptly(&other_pods, "other").await;
+    other_operator.stop().await;
+    other_ns.delete().await;
     delete_promptly(&pods, "first").await;
 
     // A changed Network reaches new Pods.
