@@ -508,7 +508,10 @@ async fn networks_in_different_namespaces_may_overlap() {
         pools.push((config["name"].clone(), config["bridge"].clone()));
     }
     // Same-named Networks of two tenants: each its own IPAM pool and bridge on the nodes.
-    assert_ne!(pools[0].0, pools[1].0, "CNI network names (IPAM pools): {pools:?}");
+    assert_ne!(
+        pools[0].0, pools[1].0,
+        "CNI network names (IPAM pools): {pools:?}"
+    );
     assert_ne!(pools[0].1, pools[1].1, "bridges: {pools:?}");
     wait_synced(&b, "shared", TIMEOUT).await;
 
