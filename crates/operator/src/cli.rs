@@ -12,11 +12,13 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use crate::network::BackendConfig;
 use crate::network::backend::neutron::NeutronConfig;
 use crate::network::backend::neutron::client::CloudSource;
+use crate::network::policy::AddressPolicy;
 use crate::runtime::leader::{LeaseConfig, Outcome};
 use crate::runtime::requests::RequestCounter;
 use crate::runtime::watch::{InitialList, InitialListChoice};
 use crate::runtime::{RuntimeConfig, Supervised, Telemetry};
 use crate::{ControllerName, RunConfig};
+use sample_operator_api::ip::IpPrefix;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -96,6 +98,40 @@ pub struct RunArgs {
     pub leader_election: LeaderElectionArgs,
     #[command(flatten)]
     pub network_backend: NetworkBackendArgs,
+    #[command(flatten)]
+    pub address_policy: AddressPolicyArgs,
+}
+
+/// Which prefixes Networks may have: tenants create Networks, and with the Multus backend a
+/// Network's gateway address and route go onto the nodes.
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Network address policy")]
+pub struct AddressPolicyArgs {
+    /// Prefixes that Networks must lie within, comma-separated (such as 10.0.0.0/8,fd00::/8);
+    /// any when unset. Loopback, link-local, multicast and other reserved ranges are refused
+    /// whatever this allows.
+    #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_ALLOWED_PREFIXES", value_delimiter = ',', value_parser = parse_prefix)]
+    pub network_allowed_prefixes: Vec<IpPrefix>,
+    /// The shortest IPv4 prefix a Network may have.
+    #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_MIN_PREFIX_LENGTH_V4", default_value_t = 16, value_parser = clap::value_parser!(u8).range(0..=32))]
+    pub network_min_prefix_length_v4: u8,
+    /// The shortest IPv6 prefix a Network may have.
+    #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_MIN_PREFIX_LENGTH_V6", default_value_t = 48, value_parser = clap::value_parser!(u8).range(0..=128))]
+    pub network_min_prefix_length_v6: u8,
+}
+
+impl AddressPolicyArgs {
+    pub fn policy(&self) -> AddressPolicy {
+        AddressPolicy {
+            allowed: self.network_allowed_prefixes.clone(),
+            min_prefix_v4: self.network_min_prefix_length_v4,
+            min_prefix_v6: self.network_min_prefix_length_v6,
+        }
+    }
+}
+
+fn parse_prefix(text: &str) -> Result<IpPrefix, String> {
+    IpPrefix::parse(text.trim()).ok_or_else(|| format!("{text:?} is not a prefix such as 10.0.0.0/8"))
 }
 
 /// Where the Network controller syncs Networks to.
@@ -329,6 +365,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         ..RunConfig::default()
     };
     run.network.backend = args.network_backend.config(&client).await?;
+    run.network.policy = args.address_policy.policy();
     // Logging starts once the cluster is known to be usable: until then, a failure is reported
     // as the one line of `fail`, not interleaved with the client's own error logs.
     init_logging(&args);
@@ -470,5 +507,44 @@ fn print_crds(example_com: bool) -> ExitCode {
         // A closed pipe (`| head`) is not worth a panic.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => fail(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let argv = ["sample-operator", "run"].iter().chain(args);
+        match Args::try_parse_from(argv)?.command {
+            Command::Run(run) => Ok(*run),
+            Command::Crd { .. } => unreachable!("run was given"),
+        }
+    }
+
+    #[test]
+    fn the_address_policy_comes_from_flags_with_safe_defaults() {
+        let defaults = run_args(&[]).unwrap().address_policy.policy();
+        assert_eq!(defaults, AddressPolicy::default());
+        let policy = run_args(&[
+            "--network-allowed-prefixes",
+            "10.0.0.0/8, fd00::/8",
+            "--network-min-prefix-length-v4",
+            "8",
+        ])
+        .unwrap()
+        .address_policy
+        .policy();
+        assert_eq!(
+            policy.allowed,
+            [
+                IpPrefix::parse("10.0.0.0/8").unwrap(),
+                IpPrefix::parse("fd00::/8").unwrap()
+            ]
+        );
+        assert_eq!((policy.min_prefix_v4, policy.min_prefix_v6), (8, 48));
+        let error = run_args(&["--network-allowed-prefixes", "10.0.0.0"]).unwrap_err();
+        assert!(error.to_string().contains("is not a prefix"), "{error}");
+        assert!(run_args(&["--network-min-prefix-length-v4", "33"]).is_err());
     }
 }

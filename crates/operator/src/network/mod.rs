@@ -25,6 +25,7 @@
 pub mod backend;
 pub mod conflicts;
 pub mod metrics;
+pub mod policy;
 pub mod status;
 
 use std::sync::Arc;
@@ -45,6 +46,7 @@ use backend::multus::{self, Multus, NetworkAttachmentDefinition};
 use backend::neutron::NeutronConfig;
 use backend::{Backend, BackendError, NetworkBackend};
 use conflicts::PrefixIndex;
+use policy::AddressPolicy;
 use status::Observed;
 
 /// The controller's name in metrics and readiness reports.
@@ -75,6 +77,8 @@ pub enum Error {
     InvalidFinalizer,
     #[error("{0}")]
     InvalidSpec(String),
+    #[error("{0}")]
+    PrefixNotAllowed(String),
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error("writing status: {0}")]
@@ -89,8 +93,9 @@ impl ReconcileError for Error {
         }
     }
 
+    /// A spec the schema or the address policy refuses waits for a change.
     fn is_terminal(&self) -> bool {
-        matches!(self, Error::InvalidSpec(_))
+        matches!(self, Error::InvalidSpec(_) | Error::PrefixNotAllowed(_))
     }
 
     fn max_delay(&self) -> Duration {
@@ -129,6 +134,7 @@ impl From<finalizer::Error<Error>> for Error {
 /// The Network domain, on backend `B`.
 pub struct NetworkReconciler<B> {
     conflicts: PrefixIndex,
+    policy: AddressPolicy,
     backend: B,
 }
 
@@ -150,6 +156,8 @@ pub struct Settings {
     /// Only the Networks with these labels (`key=value,...`) among the watched namespaces; all
     /// when `None`. Tests use it to run across all namespaces on their own Networks only.
     pub label_selector: Option<String>,
+    /// Which prefixes Networks may have.
+    pub policy: AddressPolicy,
 }
 
 impl Settings {
@@ -235,6 +243,7 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<
         controller,
         reconciler: NetworkReconciler {
             conflicts: primary.conflicts,
+            policy: settings.policy.clone(),
             backend,
         },
         own_writes: primary.own_writes,
@@ -278,6 +287,13 @@ impl<B: NetworkBackend> NetworkReconciler<B> {
                 return Err(Error::InvalidSpec(message));
             }
         };
+
+        if let Err(message) = self.policy.check(&addressing.prefix) {
+            // Nothing of it may reach the nodes or a cloud: none stays in the backend.
+            self.release(network).await?;
+            update_status(network, ctx, Observed::NotAllowed(&message)).await?;
+            return Err(Error::PrefixNotAllowed(message));
+        }
 
         if let Some(overlap) = self.conflicts.winner_over(network, &addressing.prefix) {
             self.release(network).await?;

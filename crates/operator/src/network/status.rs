@@ -19,6 +19,9 @@ pub mod reason {
     pub use crate::runtime::status::reason::{INVALID_SPEC, RESOURCE_EXISTS};
     /// An older Network of the namespace has an overlapping prefix.
     pub const CIDR_CONFLICT: &str = "CIDRConflict";
+    /// The address policy refuses the prefix (a reserved range, or wider or elsewhere than the
+    /// cluster admin allows).
+    pub const PREFIX_NOT_ALLOWED: &str = "PrefixNotAllowed";
     /// The backend is not there (for Multus: its CRD is not installed; for Neutron: Keystone
     /// or neutron-server cannot be reached).
     pub const BACKEND_UNAVAILABLE: &str = "BackendUnavailable";
@@ -31,6 +34,8 @@ pub mod reason {
 pub enum Observed<'a> {
     /// The spec is invalid; the message names the field.
     Invalid(&'a str),
+    /// The address policy refuses the prefix; the message says which rule.
+    NotAllowed(&'a str),
     /// The prefix overlaps that of an older Network, which keeps it.
     Conflict(&'a Addressing, &'a Overlap),
     /// The backend holds the network.
@@ -44,6 +49,7 @@ pub fn desired(network: &Network, observed: Observed<'_>) -> NetworkStatus {
     let generation = network.metadata.generation;
     let (addressing, backend, ready, reason, message) = match observed {
         Observed::Invalid(message) => (None, None, false, reason::INVALID_SPEC, message.to_owned()),
+        Observed::NotAllowed(message) => (None, None, false, reason::PREFIX_NOT_ALLOWED, message.to_owned()),
         Observed::Conflict(addressing, overlap) => (
             Some(addressing),
             None,

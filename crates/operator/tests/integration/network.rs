@@ -243,7 +243,10 @@ async fn the_seeds_network_is_synced_to_an_owned_attachment_definition() {
 #[tokio::test]
 async fn ipv6_and_the_smallest_prefixes_report_their_canonical_form_and_size() {
     let Scene { client: _, ns, _crd } = Scene::new("net-families").await;
-    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    // An admin's policy that lets an IPv6 Network be as wide as a /8.
+    let mut config = config(Some(&ns.name), &[ControllerName::Network]);
+    config.network.policy.min_prefix_v6 = 8;
+    let operator = Operator::start_with(config).await;
     let networks = ns.api::<Network>();
     let cases = [
         // name, cidr, gateway, prefix, family, usable addresses
@@ -442,6 +445,56 @@ async fn a_conflict_follows_changes_of_either_network() {
     // And moving back out, it is synced once more.
     set_cidr(&networks, "second", "10.40.0.0/24", "10.40.0.1").await;
     wait_synced(&networks, "second", TIMEOUT).await;
+    operator.stop().await;
+    ns.delete().await;
+}
+
+/// The address policy's defaults, as a cluster without the admission policy sees them: each
+/// refused prefix gets `PrefixNotAllowed` naming the rule and a Warning event, and no
+/// attachment definition; an allowed one is synced.
+#[tokio::test]
+async fn prefixes_outside_the_address_policy_are_refused_and_never_reach_the_backend() {
+    let Scene { client, ns, _crd } = Scene::new("net-policy").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks = ns.api::<Network>();
+    let nads = ns.api::<NetworkAttachmentDefinition>();
+    for (name, cidr, gateway, rule) in [
+        (
+            "everything",
+            "0.0.0.0/0",
+            "0.0.0.1",
+            "IPv4 prefixes must be /16 or longer",
+        ),
+        ("loopback", "127.0.0.0/16", "127.0.0.1", "loopback"),
+        (
+            "metadata",
+            "169.254.169.0/24",
+            "169.254.169.1",
+            "instance metadata",
+        ),
+        ("multicast", "239.1.0.0/16", "239.1.0.1", "multicast"),
+    ] {
+        networks
+            .create(&PostParams::default(), &network(name, cidr, gateway))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let refused = wait_refused(&networks, name, "PrefixNotAllowed", TIMEOUT).await;
+        assert!(message(&refused).contains(rule), "{name}: {}", message(&refused));
+        let event = wait_for_event(&client, &ns.name, name, "PrefixNotAllowed").await;
+        assert_eq!(event.type_.as_deref(), Some("Warning"), "{name}");
+        assert!(
+            nads.get_opt(name).await.unwrap().is_none(),
+            "{name} reached the backend"
+        );
+    }
+    networks
+        .create(
+            &PostParams::default(),
+            &network("allowed", "10.60.0.0/16", "10.60.0.1"),
+        )
+        .await
+        .unwrap();
+    wait_synced(&networks, "allowed", TIMEOUT).await;
     operator.stop().await;
     ns.delete().await;
 }
