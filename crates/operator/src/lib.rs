@@ -4,9 +4,9 @@
 //! [`runtime`] holds everything the controllers share (the reconcile loop around kube-runtime's
 //! `Controller`, watches and readiness, status writes and events, metrics, health, leader
 //! election, the manager that runs them) and knows none of them; each controller module holds
-//! only its domain and its [`Descriptor`](runtime::Descriptor): [`foo`] (for both groups of Foo), [`network`] and
-//! [`my_custom_resource`]. This file lists the controllers and runs the selected ones until
-//! shutdown.
+//! only its domain and its [`Descriptor`](runtime::Descriptor): [`foo`] (for both groups of
+//! Foo), [`network`] and [`my_custom_resource`]. This file lists the controllers and runs the
+//! selected ones until shutdown.
 
 pub mod cli;
 pub mod foo;
@@ -53,7 +53,7 @@ macro_rules! controllers {
                 }
             }
 
-            /// Starts it on `shared` with its settings from `config`; see [`Descriptor::start`].
+            /// Starts it on `shared` with its settings from `config`; see [`Descriptor::start`](runtime::Descriptor::start).
             fn start(self, shared: &Shared, config: &RunConfig, stopping: Stopping) -> BoxFuture<'static, ()> {
                 match self {
                     $(ControllerName::$variant => ($descriptor.start)(shared, settings_of!(config $(, $settings)?), stopping),)*
@@ -119,8 +119,9 @@ impl Default for RunConfig {
     }
 }
 
-/// Runs the configured controllers until `shutdown` completes; each then finishes the
-/// reconciles it has in flight.
+/// Runs the configured controllers until `shutdown` completes, or until one of them dies (which
+/// marks the process dead: see [`Manager::run_until`]); each then finishes the reconciles it has
+/// in flight.
 pub async fn run(client: Client, config: RunConfig, shutdown: impl Future<Output = ()> + Send + 'static) {
     run_with(client, config, Telemetry::new(Default::default()), shutdown).await
 }
