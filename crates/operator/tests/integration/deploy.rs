@@ -74,12 +74,45 @@ async fn the_deploy_manifests_pass_a_server_side_dry_run() {
         "Role",
         "Deployment",
         "PodDisruptionBudget",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ] {
         assert!(
             kinds.iter().any(|k| k == kind),
             "no {kind} in deploy/operator: {kinds:?}"
         );
     }
+}
+
+#[test]
+fn the_plain_manifests_and_the_chart_check_networks_with_one_admission_policy() {
+    let plain = documents(include_str!(
+        "../../../../deploy/operator/network-address-policy.yaml"
+    ));
+    let policy = plain
+        .iter()
+        .find(|o| o["kind"] == "ValidatingAdmissionPolicy")
+        .expect("a ValidatingAdmissionPolicy");
+    let charts: serde_json::Value = serde_yaml::from_str(include_str!(
+        "../../../../deploy/helm/sample-operator/files/network-address-policy.yaml"
+    ))
+    .unwrap();
+    assert_eq!(policy["spec"], charts);
+    // The ConfigMap's defaults are the operator's.
+    let params = plain
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("its ConfigMap");
+    let defaults = sample_operator::network::policy::AddressPolicy::default();
+    assert_eq!(params["data"]["allowedPrefixes"], "");
+    assert_eq!(
+        params["data"]["minPrefixLengthV4"],
+        defaults.min_prefix_v4.to_string()
+    );
+    assert_eq!(
+        params["data"]["minPrefixLengthV6"],
+        defaults.min_prefix_v6.to_string()
+    );
 }
 
 fn cluster_role_rules(objects: &[serde_json::Value]) -> serde_json::Value {

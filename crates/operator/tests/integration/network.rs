@@ -499,6 +499,117 @@ async fn prefixes_outside_the_address_policy_are_refused_and_never_reach_the_bac
     ns.delete().await;
 }
 
+/// The admission policy shipped in deploy/operator (and the chart), bound to this test's
+/// namespace only (the tests share the cluster): `kubectl apply` of a Network outside the
+/// policy is refused with a message naming the rule, an allowed one is admitted, and an edit
+/// of its ConfigMap changes the policy.
+#[tokio::test]
+async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
+    let Scene { client, ns, _crd } = Scene::new("net-admission").await;
+    let manifests = crate::deploy::documents(include_str!(
+        "../../../../deploy/operator/network-address-policy.yaml"
+    ));
+    let binding_name = format!("network-addresses-{}", ns.name);
+    for mut object in manifests {
+        match object["kind"].as_str().unwrap() {
+            "ValidatingAdmissionPolicyBinding" => {
+                object["metadata"]["name"] = binding_name.clone().into();
+                object["spec"]["paramRef"]["namespace"] = ns.name.clone().into();
+                object["spec"]["matchResources"] = json!({
+                    "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": ns.name } }
+                });
+            }
+            "ConfigMap" => object["metadata"]["namespace"] = ns.name.clone().into(),
+            _ => {}
+        }
+        testing::apply_manifest(&client, &serde_yaml::to_string(&object).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("{object}: {e}"));
+    }
+    let networks = ns.api::<Network>();
+    // The API server picks a policy up within a few seconds of its creation.
+    let refusal = |name: &'static str, cidr: &'static str, gateway: &'static str| {
+        let networks = networks.clone();
+        async move {
+            let start = Instant::now();
+            loop {
+                match networks
+                    .create(&PostParams::default(), &network(name, cidr, gateway))
+                    .await
+                {
+                    Err(kube::Error::Api(status)) => return status.message,
+                    Ok(_) if start.elapsed() < TIMEOUT => {
+                        networks.delete(name, &DeleteParams::default()).await.unwrap();
+                        testing::wait_for_deletion(&networks, name, TIMEOUT)
+                            .await
+                            .unwrap();
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    other => panic!("{name} ({cidr}) was not refused: {other:?}"),
+                }
+            }
+        }
+    };
+    for (name, cidr, gateway, rule) in [
+        (
+            "everything",
+            "0.0.0.0/0",
+            "0.0.0.1",
+            "IPv4 prefixes must be /16 or longer",
+        ),
+        ("loopback", "127.0.0.0/16", "127.0.0.1", "(loopback)"),
+        (
+            "metadata",
+            "169.254.169.0/24",
+            "169.254.169.1",
+            "instance metadata",
+        ),
+        ("multicast", "239.1.0.0/16", "239.1.0.1", "(multicast)"),
+        (
+            "wide-v6",
+            "fc00::/8",
+            "fc00::1",
+            "IPv6 prefixes must be /48 or longer",
+        ),
+    ] {
+        let message = refusal(name, cidr, gateway).await;
+        assert!(message.contains("spec.cidr: "), "{name}: {message}");
+        assert!(message.contains(rule), "{name}: {message}");
+    }
+    networks
+        .create(
+            &PostParams::default(),
+            &network("allowed", "10.61.0.0/16", "10.61.0.1"),
+        )
+        .await
+        .expect("an allowed Network is admitted");
+
+    // The admin confines Networks to 10.0.0.0/8.
+    let params: Api<k8s_openapi::api::core::v1::ConfigMap> = ns.api();
+    let patch = json!({ "data": { "allowedPrefixes": "10.0.0.0/8" } });
+    params
+        .patch(
+            "sample-operator-network-address-policy",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let message = refusal("elsewhere", "192.168.7.0/24", "192.168.7.1").await;
+    assert!(
+        message.contains("outside the prefixes the policy allows (10.0.0.0/8)"),
+        "{message}"
+    );
+
+    let bindings: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding> =
+        Api::all(client.clone());
+    bindings
+        .delete(&binding_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    ns.delete().await;
+}
+
 #[tokio::test]
 async fn networks_in_different_namespaces_may_overlap() {
     let client = client_with_crds().await;
