@@ -467,6 +467,60 @@ async fn a_conflict_backs_off_and_ends_as_soon_as_the_foreign_deployment_goes() 
     ns.delete().await;
 }
 
+/// 150 Foos with a 150 KB annotation each (22 MB of `kubectl apply`'s last-applied
+/// configuration, say) cost the operator's cache next to nothing: no reconcile reads
+/// annotations, and the controller's own watch drops them before caching.
+#[tokio::test]
+async fn large_annotations_are_not_cached() {
+    use futures::StreamExt;
+    use sample_operator::runtime::{RuntimeConfig, Shared, Telemetry};
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "foo-annotated").await;
+    let foos = ns.api::<Foo>();
+    let annotation = "x".repeat(150 * 1024);
+    let creates = (0..150).map(|i| {
+        let mut annotated = foo(&format!("annotated-{i}"), &format!("annotated-{i}"), Some(1));
+        annotated
+            .annotations_mut()
+            .insert("example.com/large".into(), annotation.clone());
+        let foos = foos.clone();
+        async move { foos.create(&PostParams::default(), &annotated).await }
+    });
+    for created in futures::future::join_all(creates).await {
+        created.unwrap();
+    }
+    let runtime = RuntimeConfig {
+        namespace: Some(ns.name.clone()),
+        ..RuntimeConfig::default()
+    };
+    let (shared, _publisher) = Shared::new(client.clone(), runtime, Telemetry::new(Default::default()));
+    let primary = shared.watch_primary::<Foo>(
+        kube::runtime::watcher::Config::default(),
+        kube::runtime::predicates::generation,
+        |_| {},
+    );
+    let watch = tokio::spawn(primary.events.for_each(|_| async {}));
+    assert!(
+        tokio::time::timeout(TIMEOUT, primary.synced.wait())
+            .await
+            .unwrap(),
+        "the Foo watch lists"
+    );
+    let cached = primary.store.state();
+    assert_eq!(cached.len(), 150);
+    let bytes: usize = cached
+        .iter()
+        .map(|foo| serde_json::to_vec(&**foo).unwrap().len())
+        .sum();
+    assert!(
+        cached.iter().all(|foo| foo.metadata.annotations.is_none()),
+        "annotations cached"
+    );
+    assert!(bytes < 256 * 1024, "the cached Foos take {bytes} bytes");
+    watch.abort();
+    ns.delete().await;
+}
+
 #[tokio::test]
 async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
     let client = client_with_crds().await;
