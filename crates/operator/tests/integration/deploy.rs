@@ -280,3 +280,184 @@ async fn the_helm_chart_renders_what_its_values_say_and_passes_a_dry_run() {
         "/etc/openstack"
     );
 }
+
+#[test]
+fn the_plain_manifests_and_the_chart_confine_the_operator_by_the_same_rules() {
+    let plain = documents(include_str!("../../../../deploy/operator/workload-policy.yaml"));
+    let policy = plain
+        .iter()
+        .find(|o| o["kind"] == "ValidatingAdmissionPolicy")
+        .expect("a ValidatingAdmissionPolicy");
+    let charts: serde_json::Value = serde_yaml::from_str(include_str!(
+        "../../../../deploy/helm/sample-operator/files/workload-policy-rules.yaml"
+    ))
+    .unwrap();
+    assert_eq!(policy["spec"]["validations"], charts);
+    // The image it allows is the one the Foo controller runs.
+    let image = policy["spec"]["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "image")
+        .unwrap();
+    assert_eq!(
+        image["expression"],
+        format!("'{}'", sample_operator::foo::deployment::IMAGE)
+    );
+}
+
+/// The workload policy of deploy/operator, bound to two namespaces of this test's own (the tests
+/// share the cluster), with the second one standing for kube-system: the operator's
+/// ServiceAccount (impersonated) cannot create a Deployment of another image, a privileged
+/// one, one with a hostPath, one in a forbidden namespace, or a macvlan attachment definition,
+/// while the Foo and Network controllers, running as that ServiceAccount, do their work.
+#[tokio::test]
+async fn the_workload_policy_confines_the_operators_service_account() {
+    use std::time::{Duration, Instant};
+
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{DeleteParams, PostParams};
+    use sample_operator::ControllerName;
+    use sample_operator::network::backend::multus::NetworkAttachmentDefinition;
+    use sample_operator_api::{Foo, FooSpec, Network};
+    use serde_json::json;
+
+    const TIMEOUT: Duration = Duration::from_secs(60);
+    let client = client_with_crds().await;
+    let _nad = crate::network::NadCrd::installed(&client).await;
+    let allowed = testing::TestNamespace::create(&client, "workloads").await;
+    let forbidden = testing::TestNamespace::create(&client, "workloads-forbidden").await;
+    let policy_name = format!("workloads-{}", allowed.name);
+    for mut object in documents(include_str!("../../../../deploy/operator/workload-policy.yaml")) {
+        object["metadata"]["name"] = policy_name.clone().into();
+        if object["kind"] == "ValidatingAdmissionPolicy" {
+            for variable in object["spec"]["variables"].as_array_mut().unwrap() {
+                if variable["name"] == "forbiddenNamespaces" {
+                    variable["expression"] = format!("['kube-system', '{}']", forbidden.name).into();
+                }
+            }
+        } else {
+            object["spec"]["policyName"] = policy_name.clone().into();
+            object["spec"]["matchResources"] = json!({ "namespaceSelector": { "matchExpressions": [{
+                "key": "kubernetes.io/metadata.name",
+                "operator": "In",
+                "values": [allowed.name, forbidden.name],
+            }]}});
+        }
+        testing::apply_manifest(&client, &serde_yaml::to_string(&object).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("{object}: {e}"));
+    }
+
+    let as_operator = kube::Client::try_from(crate::support::operator_config(&client).await).unwrap();
+    let deployment = |name: &str, pod: serde_json::Value| -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "spec": {
+                "selector": { "matchLabels": { "app": name } },
+                "template": { "metadata": { "labels": { "app": name } }, "spec": pod },
+            },
+        }))
+        .unwrap()
+    };
+    let nginx =
+        json!({ "containers": [{ "name": "nginx", "image": sample_operator::foo::deployment::IMAGE }] });
+    // The API server picks a new policy up within seconds: until the first refusal, retry.
+    let refusal = |namespace: String, name: &'static str, pod: serde_json::Value| {
+        let api: Api<Deployment> = Api::namespaced(as_operator.clone(), &namespace);
+        let object = deployment(name, pod);
+        async move {
+            let start = Instant::now();
+            loop {
+                match api.create(&PostParams::default(), &object).await {
+                    Err(kube::Error::Api(status))
+                        if status.code != 403 || status.message.contains("ValidatingAdmissionPolicy") =>
+                    {
+                        return status.message;
+                    }
+                    Ok(_) if start.elapsed() < TIMEOUT => {
+                        api.delete(name, &DeleteParams::default()).await.unwrap();
+                        testing::wait_for_deletion(&api, name, TIMEOUT).await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    other => panic!("{name} in {namespace} was not refused: {other:?}"),
+                }
+            }
+        }
+    };
+    let mut privileged = nginx.clone();
+    privileged["containers"][0]["securityContext"] = json!({ "privileged": true });
+    let mut host_path = nginx.clone();
+    host_path["volumes"] = json!([{ "name": "root", "hostPath": { "path": "/" } }]);
+    for (namespace, name, pod, rule) in [
+        (
+            &allowed,
+            "other-image",
+            json!({ "containers": [{ "name": "sh", "image": "busybox" }] }),
+            "only its configured image",
+        ),
+        (&allowed, "privileged", privileged, "unprivileged"),
+        (&allowed, "host-path", host_path, "hostPath"),
+        (
+            &forbidden,
+            "nginx",
+            nginx.clone(),
+            "may not write workloads or networks in namespace",
+        ),
+    ] {
+        let message = refusal(namespace.name.clone(), name, pod).await;
+        assert!(message.contains(rule), "{name}: {message}");
+    }
+    let macvlan: NetworkAttachmentDefinition = serde_json::from_value(json!({
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": { "name": "uplink" },
+        "spec": { "config": r#"{"cniVersion": "1.0.0", "type": "macvlan", "master": "eth0"}"# },
+    }))
+    .unwrap();
+    let nads: Api<NetworkAttachmentDefinition> = Api::namespaced(as_operator.clone(), &allowed.name);
+    let refused = nads.create(&PostParams::default(), &macvlan).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("bridge attachment definitions"),
+        "{refused}"
+    );
+
+    // What the controllers write themselves passes.
+    let operator =
+        crate::support::Operator::start(&allowed.name, &[ControllerName::Foo, ControllerName::Network]).await;
+    let foos = allowed.api::<Foo>();
+    let spec = FooSpec {
+        deployment_name: "example-foo".into(),
+        replicas: Some(1),
+    };
+    foos.create(&PostParams::default(), &Foo::new("example-foo", spec))
+        .await
+        .unwrap();
+    crate::foo::wait_available(&foos, "example-foo", 1).await;
+    let networks = allowed.api::<Network>();
+    networks
+        .create(
+            &PostParams::default(),
+            &crate::support::network("lab", "10.62.0.0/24", "10.62.0.1"),
+        )
+        .await
+        .unwrap();
+    crate::network::wait_synced(&networks, "lab", TIMEOUT).await;
+    operator.stop().await;
+
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    bindings
+        .delete(&policy_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    policies
+        .delete(&policy_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    allowed.delete().await;
+    forbidden.delete().await;
+}
