@@ -537,6 +537,12 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
                     .create(&PostParams::default(), &network(name, cidr, gateway))
                     .await
                 {
+                    // Until it has read its ConfigMap, the policy refuses every Network.
+                    Err(kube::Error::Api(status))
+                        if status.message.contains("no params found") && start.elapsed() < TIMEOUT =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
                     Err(kube::Error::Api(status)) => return status.message,
                     Ok(_) if start.elapsed() < TIMEOUT => {
                         networks.delete(name, &DeleteParams::default()).await.unwrap();
