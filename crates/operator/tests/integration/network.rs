@@ -501,31 +501,45 @@ async fn prefixes_outside_the_address_policy_are_refused_and_never_reach_the_bac
 
 /// The admission policy shipped in deploy/operator (and the chart), bound to this test's
 /// namespace only (the tests share the cluster): `kubectl apply` of a Network outside the
-/// policy is refused with a message naming the rule, an allowed one is admitted, and an edit
-/// of its ConfigMap changes the policy.
+/// policy is refused with a message naming the rule, and an allowed one is admitted; a second
+/// policy with allowed prefixes refuses a Network elsewhere.
 #[tokio::test]
 async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
     let Scene { client, ns, _crd } = Scene::new("net-admission").await;
     let manifests = crate::deploy::documents(include_str!(
         "../../../../deploy/operator/network-address-policy.yaml"
     ));
-    let binding_name = format!("network-addresses-{}", ns.name);
-    for mut object in manifests {
-        match object["kind"].as_str().unwrap() {
-            "ValidatingAdmissionPolicyBinding" => {
-                object["metadata"]["name"] = binding_name.clone().into();
-                object["spec"]["paramRef"]["namespace"] = ns.name.clone().into();
-                object["spec"]["matchResources"] = json!({
-                    "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": ns.name } }
-                });
+    // Policies of this run's own, bound to its namespace; the second allows 10.0.0.0/8 only.
+    let install = |name: String, allowed: Option<&'static str>| {
+        let (client, manifests, namespace) = (client.clone(), manifests.clone(), ns.name.clone());
+        async move {
+            for mut object in manifests {
+                object["metadata"]["name"] = name.clone().into();
+                if object["kind"] == "ValidatingAdmissionPolicy" {
+                    for variable in object["spec"]["variables"].as_array_mut().unwrap() {
+                        if let Some(allowed) = allowed
+                            && variable["name"] == "allowed"
+                        {
+                            variable["expression"] = allowed.into();
+                        }
+                    }
+                } else {
+                    object["spec"]["policyName"] = name.clone().into();
+                    object["spec"]["matchResources"] = json!({
+                        "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": namespace } }
+                    });
+                }
+                testing::apply_manifest(&client, &serde_yaml::to_string(&object).unwrap())
+                    .await
+                    .unwrap_or_else(|e| panic!("{object}: {e}"));
             }
-            "ConfigMap" => object["metadata"]["namespace"] = ns.name.clone().into(),
-            _ => {}
         }
-        testing::apply_manifest(&client, &serde_yaml::to_string(&object).unwrap())
-            .await
-            .unwrap_or_else(|e| panic!("{object}: {e}"));
-    }
+    };
+    let shipped = format!("network-addresses-{}", ns.name);
+    install(shipped.clone(), None).await;
     let networks = ns.api::<Network>();
     // The API server picks a policy up within a few seconds of its creation.
     let refusal = |name: &'static str, cidr: &'static str, gateway: &'static str| {
@@ -537,12 +551,6 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
                     .create(&PostParams::default(), &network(name, cidr, gateway))
                     .await
                 {
-                    // Until it has read its ConfigMap, the policy refuses every Network.
-                    Err(kube::Error::Api(status))
-                        if status.message.contains("no params found") && start.elapsed() < TIMEOUT =>
-                    {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
                     Err(kube::Error::Api(status)) => return status.message,
                     Ok(_) if start.elapsed() < TIMEOUT => {
                         networks.delete(name, &DeleteParams::default()).await.unwrap();
@@ -590,29 +598,20 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
         .await
         .expect("an allowed Network is admitted");
 
-    // The admin confines Networks to 10.0.0.0/8.
-    let params: Api<k8s_openapi::api::core::v1::ConfigMap> = ns.api();
-    let patch = json!({ "data": { "allowedPrefixes": "10.0.0.0/8" } });
-    params
-        .patch(
-            "sample-operator-network-address-policy",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
+    let confined = format!("network-addresses-10-{}", ns.name);
+    install(confined.clone(), Some("['10.0.0.0/8']")).await;
     let message = refusal("elsewhere", "192.168.7.0/24", "192.168.7.1").await;
     assert!(
         message.contains("outside the prefixes the policy allows (10.0.0.0/8)"),
         "{message}"
     );
 
-    let bindings: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding> =
-        Api::all(client.clone());
-    bindings
-        .delete(&binding_name, &DeleteParams::default())
-        .await
-        .unwrap();
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    for name in [shipped, confined] {
+        bindings.delete(&name, &DeleteParams::default()).await.unwrap();
+        policies.delete(&name, &DeleteParams::default()).await.unwrap();
+    }
     ns.delete().await;
 }
 
