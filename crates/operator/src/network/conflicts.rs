@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
+use super::policy::AddressPolicy;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
@@ -73,16 +74,19 @@ struct Claim {
 }
 
 impl Claim {
-    /// `None` for a Network that claims nothing: one with an invalid spec, or one being deleted
-    /// (its prefix is released as soon as deletion is asked for, so that the Networks it blocked
-    /// recover while its cleanup runs).
-    fn of(network: &Network) -> Option<Self> {
+    /// `None` for a Network that claims nothing: one with an invalid spec, one whose prefix
+    /// the address policy refuses (it is in no backend, and must not block the Networks that
+    /// may be), or one being deleted (its prefix is released as soon as deletion is asked for,
+    /// so that the Networks it blocked recover while its cleanup runs).
+    fn of(network: &Network, policy: &AddressPolicy) -> Option<Self> {
         if network.metadata.deletion_timestamp.is_some() {
             return None;
         }
+        let prefix = network.validate().ok()?.prefix;
+        policy.check(&prefix).ok()?;
         Some(Self {
             namespace: network.namespace()?,
-            prefix: network.validate().ok()?.prefix,
+            prefix,
             claimant: Claimant::of(network),
         })
     }
@@ -180,12 +184,22 @@ impl State {
 /// The index of claimed prefixes, shared; clones see the same state.
 #[derive(Clone, Default)]
 pub struct PrefixIndex {
+    /// Which prefixes may be claimed at all.
+    policy: Arc<AddressPolicy>,
     live: Arc<RwLock<State>>,
     /// The state being rebuilt during a re-list, and whether a first list completed.
     building: Arc<Mutex<(Option<State>, bool)>>,
 }
 
 impl PrefixIndex {
+    /// An empty index of the prefixes `policy` allows.
+    pub fn new(policy: AddressPolicy) -> Self {
+        Self {
+            policy: Arc::new(policy),
+            ..Self::default()
+        }
+    }
+
     /// Follows one watcher event (call it for every event of the stream, in order) and returns
     /// the Networks whose conflict decision the event may have changed, other than the one it
     /// is about (which its own event reconciles).
@@ -195,7 +209,7 @@ impl PrefixIndex {
                 let obj_ref = ObjectRef::from_obj(network);
                 let mut state = self.live.write().unwrap_or_else(|e| e.into_inner());
                 let old = state.remove(&obj_ref);
-                let new = Claim::of(network);
+                let new = Claim::of(network, &self.policy);
                 if let Some(claim) = new.clone() {
                     state.insert(obj_ref.clone(), claim);
                 }
@@ -223,7 +237,7 @@ impl PrefixIndex {
             }
             Event::InitApply(network) => {
                 let mut building = self.building.lock().unwrap_or_else(|e| e.into_inner());
-                if let (Some(state), Some(claim)) = (building.0.as_mut(), Claim::of(network)) {
+                if let (Some(state), Some(claim)) = (building.0.as_mut(), Claim::of(network, &self.policy)) {
                     state.insert(ObjectRef::from_obj(network), claim);
                 }
                 Vec::new()
@@ -281,6 +295,15 @@ mod tests {
     use sample_operator_api::NetworkSpec;
 
     /// A Network created `second` seconds after the epoch.
+    /// An index whose policy allows any width: the tests use wide prefixes.
+    fn permissive() -> PrefixIndex {
+        PrefixIndex::new(AddressPolicy {
+            allowed: Vec::new(),
+            min_prefix_v4: 0,
+            min_prefix_v6: 0,
+        })
+    }
+
     fn net(namespace: &str, name: &str, cidr: &str, second: i64) -> Network {
         let gateway = IpPrefix::parse(cidr).unwrap().network().to_string();
         let mut network = Network::new(
@@ -344,8 +367,18 @@ mod tests {
     }
 
     #[test]
+    fn a_network_the_policy_refuses_claims_nothing() {
+        let index = PrefixIndex::new(AddressPolicy::default());
+        let everything = net("a", "everything", "0.0.0.0/0", 1);
+        let allowed = net("a", "allowed", "10.60.0.0/16", 2);
+        index.apply(&Event::Apply(everything));
+        index.apply(&Event::Apply(allowed.clone()));
+        assert_eq!(winner(&index, &allowed), None, "a refused Network blocks nobody");
+    }
+
+    #[test]
     fn finds_wider_equal_and_narrower_prefixes_in_the_same_namespace_only() {
-        let index = PrefixIndex::default();
+        let index = permissive();
         let nets = [
             net("a", "wide", "10.0.0.0/8", 1),
             net("a", "same", "10.1.0.0/16", 2),
@@ -386,7 +419,7 @@ mod tests {
 
     #[test]
     fn a_change_concerns_only_the_newer_overlapping_networks() {
-        let index = PrefixIndex::default();
+        let index = permissive();
         let old = net("a", "old", "10.0.0.0/16", 1);
         let newer = net("a", "newer", "10.0.1.0/24", 2);
         let newest = net("a", "newest", "10.5.0.0/16", 3);
@@ -428,7 +461,7 @@ mod tests {
 
     #[test]
     fn a_relist_tells_the_neighbours_of_what_changed_while_the_watch_was_lost() {
-        let index = PrefixIndex::default();
+        let index = permissive();
         let old = net("a", "old", "10.0.0.0/16", 1);
         let blocked = net("a", "blocked", "10.0.1.0/24", 2);
         let unrelated = net("a", "unrelated", "10.9.0.0/16", 3);

@@ -178,8 +178,8 @@ struct Primary {
     synced: crate::runtime::Synced,
 }
 
-fn primary(shared: &Shared, selection: watcher::Config) -> Primary {
-    let conflicts = PrefixIndex::default();
+fn primary(shared: &Shared, selection: watcher::Config, policy: AddressPolicy) -> Primary {
+    let conflicts = PrefixIndex::new(policy);
     // The Networks whose conflict decision a watch event may have changed: the index finds
     // them as it follows the stream, and the controller reconciles them.
     let (neighbours_tx, neighbours) = futures::channel::mpsc::unbounded();
@@ -209,7 +209,7 @@ fn primary(shared: &Shared, selection: watcher::Config) -> Primary {
 /// has no watch, so besides Network events every Network is reconciled after each periodic
 /// listing of Neutron (see [`neutron`](backend::neutron)).
 pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<Backend>> {
-    let primary = primary(shared, settings.selection());
+    let primary = primary(shared, settings.selection(), settings.policy.clone());
     let (controller, backend) = match &settings.backend {
         BackendConfig::Multus => {
             // While the CRD is missing this watch fails and retries with backoff; the
