@@ -151,8 +151,12 @@ mod tests {
         response
     }
 
-    #[tokio::test]
-    async fn idle_connections_are_closed_by_the_header_timeout_while_probes_answer() {
+    /// A server on a free loopback port, its stop switch and its task.
+    async fn started() -> (
+        SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let telemetry = Telemetry::new(Default::default());
         let (address, server) = serve("127.0.0.1:0".parse().unwrap(), telemetry, async move {
@@ -160,6 +164,12 @@ mod tests {
         })
         .await
         .unwrap();
+        (address, stop, server)
+    }
+
+    #[tokio::test]
+    async fn idle_connections_are_closed_by_the_header_timeout_while_probes_answer() {
+        let (address, stop, server) = started().await;
         let mut idle = Vec::new();
         for _ in 0..150 {
             idle.push(TcpStream::connect(address).await.unwrap());
@@ -188,13 +198,7 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_does_not_wait_for_a_hung_client() {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let telemetry = Telemetry::new(Default::default());
-        let (address, server) = serve("127.0.0.1:0".parse().unwrap(), telemetry, async move {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
+        let (address, stop, server) = started().await;
         // Half a request, never finished.
         let mut hung = TcpStream::connect(address).await.unwrap();
         hung.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")

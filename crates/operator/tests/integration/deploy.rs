@@ -84,15 +84,19 @@ async fn the_deploy_manifests_pass_a_server_side_dry_run() {
     }
 }
 
+/// The ValidatingAdmissionPolicy of a manifest.
+fn admission_policy(yaml: &str) -> serde_json::Value {
+    documents(yaml)
+        .into_iter()
+        .find(|o| o["kind"] == "ValidatingAdmissionPolicy")
+        .expect("a ValidatingAdmissionPolicy")
+}
+
 #[test]
 fn the_plain_manifests_and_the_chart_check_networks_with_one_admission_policy() {
-    let plain = documents(include_str!(
+    let policy = admission_policy(include_str!(
         "../../../../deploy/operator/network-address-policy.yaml"
     ));
-    let policy = plain
-        .iter()
-        .find(|o| o["kind"] == "ValidatingAdmissionPolicy")
-        .expect("a ValidatingAdmissionPolicy");
     let checks: serde_json::Value = serde_yaml::from_str(include_str!(
         "../../../../deploy/helm/sample-operator/files/network-address-policy-checks.yaml"
     ))
@@ -116,11 +120,7 @@ fn the_plain_manifests_and_the_chart_check_networks_with_one_admission_policy() 
 
 #[test]
 fn the_plain_manifests_and_the_chart_confine_the_operator_by_the_same_rules() {
-    let plain = documents(include_str!("../../../../deploy/operator/workload-policy.yaml"));
-    let policy = plain
-        .iter()
-        .find(|o| o["kind"] == "ValidatingAdmissionPolicy")
-        .expect("a ValidatingAdmissionPolicy");
+    let policy = admission_policy(include_str!("../../../../deploy/operator/workload-policy.yaml"));
     let charts: serde_json::Value = serde_yaml::from_str(include_str!(
         "../../../../deploy/helm/sample-operator/files/workload-policy-rules.yaml"
     ))
