@@ -12,8 +12,6 @@
 //!
 //! [`Manager`]: super::Manager
 
-use std::fmt::Debug;
-
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use kube::api::ListParams;
@@ -34,15 +32,6 @@ pub struct Descriptor<C> {
     /// Builds its watches from `config` and returns the controller, to run until the
     /// [`Stopping`] future completes and then finish its reconciles in flight.
     pub start: fn(&Shared, &C, Stopping) -> BoxFuture<'static, ()>,
-}
-
-impl<C> Debug for Descriptor<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Descriptor")
-            .field("name", &self.name)
-            .field("crd", &(self.resource.crd_name)())
-            .finish_non_exhaustive()
-    }
 }
 
 /// A controller's own resource, as the checks before a start see it.

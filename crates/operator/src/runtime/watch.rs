@@ -233,9 +233,7 @@ impl Shared {
             synced,
         }
     }
-}
 
-impl Shared {
     /// Watches `api`'s objects (as `selection` says) without caching them: the changed and
     /// deleted ones, for a controller to map to its objects. For objects that only ever
     /// trigger, such as a foreign object in the way of one of the controller's; watched as
