@@ -157,14 +157,36 @@ mod tests {
         tokio::sync::oneshot::Sender<()>,
         tokio::task::JoinHandle<()>,
     ) {
+        started_with(Telemetry::new(Default::default())).await
+    }
+
+    async fn started_with(
+        telemetry: Telemetry,
+    ) -> (
+        SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let telemetry = Telemetry::new(Default::default());
         let (address, server) = serve("127.0.0.1:0".parse().unwrap(), telemetry, async move {
             let _ = stopped.await;
         })
         .await
         .unwrap();
         (address, stop, server)
+    }
+
+    #[tokio::test]
+    async fn healthz_fails_once_a_controller_died() {
+        let telemetry = Telemetry::new(Default::default());
+        let (address, stop, server) = started_with(telemetry.clone()).await;
+        assert!(get(address, "/healthz").await.starts_with("HTTP/1.1 200"));
+        telemetry.health.died("controller foo panicked".into());
+        let answer = get(address, "/healthz").await;
+        assert!(answer.starts_with("HTTP/1.1 500"), "{answer}");
+        assert!(answer.contains("not alive: controller foo panicked"), "{answer}");
+        let _ = stop.send(());
+        server.await.unwrap();
     }
 
     #[tokio::test]

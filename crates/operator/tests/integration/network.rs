@@ -449,6 +449,25 @@ async fn a_conflict_follows_changes_of_either_network() {
     ns.delete().await;
 }
 
+/// Networks the default address policy refuses, one per rule: name, cidr, gateway, and what
+/// the refusal says.
+const REFUSED_BY_DEFAULT: [(&str, &str, &str, &str); 4] = [
+    (
+        "everything",
+        "0.0.0.0/0",
+        "0.0.0.1",
+        "IPv4 prefixes must be /16 or longer",
+    ),
+    ("loopback", "127.0.0.0/16", "127.0.0.1", "(loopback)"),
+    (
+        "metadata",
+        "169.254.169.0/24",
+        "169.254.169.1",
+        "instance metadata",
+    ),
+    ("multicast", "239.1.0.0/16", "239.1.0.1", "(multicast)"),
+];
+
 /// The address policy's defaults, as a cluster without the admission policy sees them: each
 /// refused prefix gets `PrefixNotAllowed` naming the rule and a Warning event, and no
 /// attachment definition; an allowed one is synced.
@@ -458,22 +477,7 @@ async fn prefixes_outside_the_address_policy_are_refused_and_never_reach_the_bac
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     let nads = ns.api::<NetworkAttachmentDefinition>();
-    for (name, cidr, gateway, rule) in [
-        (
-            "everything",
-            "0.0.0.0/0",
-            "0.0.0.1",
-            "IPv4 prefixes must be /16 or longer",
-        ),
-        ("loopback", "127.0.0.0/16", "127.0.0.1", "loopback"),
-        (
-            "metadata",
-            "169.254.169.0/24",
-            "169.254.169.1",
-            "instance metadata",
-        ),
-        ("multicast", "239.1.0.0/16", "239.1.0.1", "multicast"),
-    ] {
+    for (name, cidr, gateway, rule) in REFUSED_BY_DEFAULT {
         networks
             .create(&PostParams::default(), &network(name, cidr, gateway))
             .await
@@ -564,28 +568,13 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
             }
         }
     };
-    for (name, cidr, gateway, rule) in [
-        (
-            "everything",
-            "0.0.0.0/0",
-            "0.0.0.1",
-            "IPv4 prefixes must be /16 or longer",
-        ),
-        ("loopback", "127.0.0.0/16", "127.0.0.1", "(loopback)"),
-        (
-            "metadata",
-            "169.254.169.0/24",
-            "169.254.169.1",
-            "instance metadata",
-        ),
-        ("multicast", "239.1.0.0/16", "239.1.0.1", "(multicast)"),
-        (
-            "wide-v6",
-            "fc00::/8",
-            "fc00::1",
-            "IPv6 prefixes must be /48 or longer",
-        ),
-    ] {
+    let wide_v6 = [(
+        "wide-v6",
+        "fc00::/8",
+        "fc00::1",
+        "IPv6 prefixes must be /48 or longer",
+    )];
+    for (name, cidr, gateway, rule) in REFUSED_BY_DEFAULT.into_iter().chain(wide_v6) {
         let message = refusal(name, cidr, gateway).await;
         assert!(message.contains("spec.cidr: "), "{name}: {message}");
         assert!(message.contains(rule), "{name}: {message}");
