@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::network::BackendConfig;
@@ -17,7 +18,7 @@ use crate::runtime::leader::{LeaseConfig, Outcome};
 use crate::runtime::requests::RequestCounter;
 use crate::runtime::watch::{InitialList, InitialListChoice};
 use crate::runtime::{RuntimeConfig, Supervised, Telemetry};
-use crate::{ControllerName, RunConfig};
+use crate::{ControllerName, RunConfig, foo};
 use sample_operator_api::ip::IpPrefix;
 
 #[derive(Parser, Debug)]
@@ -100,6 +101,40 @@ pub struct RunArgs {
     pub network_backend: NetworkBackendArgs,
     #[command(flatten)]
     pub address_policy: AddressPolicyArgs,
+    #[command(flatten)]
+    pub foo_workload: FooWorkloadArgs,
+}
+
+/// What every Foo's Deployment runs: the defaults keep the tutorials' `nginx:latest` and are
+/// admitted by Pod Security `baseline`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Foo Deployments")]
+pub struct FooWorkloadArgs {
+    /// The container image of every Foo's Deployment.
+    #[arg(long, env = "SAMPLE_OPERATOR_FOO_IMAGE", default_value = foo::settings::DEFAULT_IMAGE)]
+    pub foo_image: String,
+    /// The container's resources, as JSON (a Kubernetes ResourceRequirements); default
+    /// `{"requests":{"cpu":"10m","memory":"32Mi"},"limits":{"memory":"256Mi"}}`.
+    #[arg(long, env = "SAMPLE_OPERATOR_FOO_RESOURCES", value_name = "JSON", value_parser = foo::settings::parse_json::<ResourceRequirements>)]
+    pub foo_resources: Option<ResourceRequirements>,
+    /// The container's security context, as JSON (a Kubernetes SecurityContext); default
+    /// `{"allowPrivilegeEscalation":false,"seccompProfile":{"type":"RuntimeDefault"}}`.
+    #[arg(long, env = "SAMPLE_OPERATOR_FOO_SECURITY_CONTEXT", value_name = "JSON", value_parser = foo::settings::parse_json::<SecurityContext>)]
+    pub foo_security_context: Option<SecurityContext>,
+}
+
+impl FooWorkloadArgs {
+    pub fn settings(&self) -> foo::Settings {
+        let defaults = foo::Settings::default();
+        foo::Settings {
+            image: self.foo_image.clone(),
+            resources: self.foo_resources.clone().unwrap_or(defaults.resources),
+            security_context: self
+                .foo_security_context
+                .clone()
+                .unwrap_or(defaults.security_context),
+        }
+    }
 }
 
 /// Which prefixes Networks may have: tenants create Networks, and with the Multus backend a
@@ -366,6 +401,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     };
     run.network.backend = args.network_backend.config(&client).await?;
     run.network.policy = args.address_policy.policy();
+    run.foo = args.foo_workload.settings();
     // Logging starts once the cluster is known to be usable: until then, a failure is reported
     // as the one line of `fail`, not interleaved with the client's own error logs.
     init_logging(&args);
@@ -546,5 +582,50 @@ mod tests {
         let error = run_args(&["--network-allowed-prefixes", "10.0.0.0"]).unwrap_err();
         assert!(error.to_string().contains("is not a prefix"), "{error}");
         assert!(run_args(&["--network-min-prefix-length-v4", "33"]).is_err());
+    }
+
+    #[test]
+    fn the_foo_deployments_settings_come_from_flags_with_the_defaults_documented() {
+        assert_eq!(
+            run_args(&[]).unwrap().foo_workload.settings(),
+            foo::Settings::default()
+        );
+        let settings = run_args(&[
+            "--foo-image",
+            "nginxinc/nginx-unprivileged:1.29",
+            "--foo-security-context",
+            r#"{"runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}}"#,
+        ])
+        .unwrap()
+        .foo_workload
+        .settings();
+        assert_eq!(settings.image, "nginxinc/nginx-unprivileged:1.29");
+        assert_eq!(settings.security_context.run_as_non_root, Some(true));
+        assert_eq!(settings.resources, foo::Settings::default().resources);
+        // The help text quotes the defaults: keep them the same.
+        let run = <Args as clap::CommandFactory>::command();
+        let run = run.find_subcommand("run").unwrap();
+        let documented = |flag: &str| {
+            let arg = run.get_arguments().find(|a| a.get_long() == Some(flag)).unwrap();
+            let help = arg.get_help().unwrap().to_string();
+            help.split_once('`')
+                .unwrap()
+                .1
+                .rsplit_once('`')
+                .unwrap()
+                .0
+                .to_owned()
+        };
+        let defaults = foo::Settings::default();
+        assert_eq!(
+            foo::settings::parse_json::<ResourceRequirements>(&documented("foo-resources")).unwrap(),
+            defaults.resources
+        );
+        assert_eq!(
+            foo::settings::parse_json::<SecurityContext>(&documented("foo-security-context")).unwrap(),
+            defaults.security_context
+        );
+        let error = run_args(&["--foo-resources", "{\"limits\": 3}"]).unwrap_err();
+        assert!(error.to_string().contains("--foo-resources"), "{error}");
     }
 }

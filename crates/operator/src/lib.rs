@@ -78,9 +78,9 @@ controllers! {
     /// Neutron (the samplecrd tutorials).
     Network(network) => network::DESCRIPTOR,
     /// Foo (samplecontroller.k8s.io): owns an nginx Deployment (kubernetes/sample-controller).
-    Foo => foo::DESCRIPTOR,
+    Foo(foo) => foo::DESCRIPTOR,
     /// Foo (example.com): the same Foo in the group of the nakamasato/sample-controller tutorial.
-    FooExample => foo::EXAMPLE_DESCRIPTOR,
+    FooExample(foo) => foo::EXAMPLE_DESCRIPTOR,
     /// MyCustomResource: healthy while its friend Pod exists (kubebuilder tutorial).
     MyCustomResource(my_custom_resource) => my_custom_resource::DESCRIPTOR,
 }
@@ -105,6 +105,7 @@ pub struct RunConfig {
     pub runtime: RuntimeConfig,
     pub controllers: Vec<ControllerName>,
     pub network: network::Settings,
+    pub foo: foo::Settings,
     pub my_custom_resource: my_custom_resource::Settings,
 }
 
@@ -114,6 +115,7 @@ impl Default for RunConfig {
             runtime: RuntimeConfig::default(),
             controllers: ControllerName::defaults(),
             network: network::Settings::default(),
+            foo: foo::Settings::default(),
             my_custom_resource: my_custom_resource::Settings::default(),
         }
     }

@@ -76,6 +76,10 @@ impl Contenders {
                     // (a default) goes on a port nothing else holds.
                     "--controllers=foo".into(),
                     format!("--http-address=127.0.0.1:{http_port}"),
+                    // The peers' Deployments have a bare nginx container: so do ours here,
+                    // so that all write and store objects of one size.
+                    "--foo-resources={}".into(),
+                    "--foo-security-context={}".into(),
                 ],
             ),
             Contender::SampleController => (

@@ -7,6 +7,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 
 use super::cached::{CachedDeployment, Labels};
+use super::settings::{SETTINGS_LABEL, Settings};
 use sample_operator_api::FooKind;
 use serde_json::json;
 
@@ -14,8 +15,6 @@ use serde_json::json;
 /// the operator's own Deployments however many others the cluster has.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "sample-operator";
-/// The container image, as in kubernetes/sample-controller.
-pub const IMAGE: &str = "nginx:latest";
 /// Replicas when `spec.replicas` is unset: the Deployment default, made explicit so that the
 /// operator always owns the field.
 pub const DEFAULT_REPLICAS: i32 = 1;
@@ -33,8 +32,9 @@ pub fn desired_replicas(foo: &impl FooKind) -> i32 {
 }
 
 /// The whole Deployment the Foo wants, to be server-side applied: every field in it is one the
-/// operator manages, and nothing else. The owner reference names the Foo's own group.
-pub fn desired(foo: &impl FooKind) -> Deployment {
+/// operator manages, and nothing else. The owner reference names the Foo's own group; the
+/// image, resources and security context are the admin's [`Settings`].
+pub fn desired(foo: &impl FooKind, settings: &Settings) -> Deployment {
     let owner = foo
         .controller_owner_ref(&())
         .expect("a Foo from the apiserver has a name and uid");
@@ -45,7 +45,7 @@ pub fn desired(foo: &impl FooKind) -> Deployment {
         "metadata": {
             "name": foo.spec().deployment_name,
             "namespace": foo.namespace(),
-            "labels": { MANAGED_BY_LABEL: MANAGED_BY },
+            "labels": { MANAGED_BY_LABEL: MANAGED_BY, SETTINGS_LABEL: settings.digest() },
             "ownerReferences": [owner],
         },
         "spec": {
@@ -53,7 +53,12 @@ pub fn desired(foo: &impl FooKind) -> Deployment {
             "selector": { "matchLabels": labels },
             "template": {
                 "metadata": { "labels": labels },
-                "spec": { "containers": [{ "name": "nginx", "image": IMAGE }] },
+                "spec": { "containers": [{
+                    "name": "nginx",
+                    "image": settings.image,
+                    "resources": settings.resources,
+                    "securityContext": settings.security_context,
+                }] },
             },
         },
     }))
@@ -61,7 +66,9 @@ pub fn desired(foo: &impl FooKind) -> Deployment {
 }
 
 /// Whether `observed` differs from `desired` in any field the operator manages. Fields others
-/// manage (an added annotation, another container) do not count: they are left alone.
+/// manage (an added annotation, another container) do not count: they are left alone. The
+/// resources and security context count through the settings' digest label: a change of the
+/// settings is seen, an edit of those fields by hand is not (see [`Settings::digest`]).
 pub fn needs_apply(desired: &Deployment, observed: &CachedDeployment) -> bool {
     let contains_all = |have: &Labels, want: Option<&BTreeMap<String, String>>| {
         want.into_iter().flatten().all(|(k, v)| have.get(k) == Some(v))
@@ -101,6 +108,10 @@ mod tests {
     use super::*;
     use sample_operator_api::{ExampleFoo, Foo, FooSpec};
 
+    fn desired_default(foo: &Foo) -> Deployment {
+        desired(foo, &Settings::default())
+    }
+
     fn foo(replicas: Option<i32>) -> Foo {
         let mut foo = Foo::new(
             "example-foo",
@@ -116,7 +127,7 @@ mod tests {
 
     #[test]
     fn builds_the_deployment_of_kubernetes_sample_controller() {
-        let d = desired(&foo(Some(3)));
+        let d = desired_default(&foo(Some(3)));
         assert_eq!(d.metadata.name.as_deref(), Some("web"));
         assert_eq!(d.metadata.namespace.as_deref(), Some("ns"));
         let spec = d.spec.as_ref().unwrap();
@@ -152,7 +163,7 @@ mod tests {
         );
         example.metadata.namespace = Some("ns".into());
         example.metadata.uid = Some("uid-2".into());
-        let d = desired(&example);
+        let d = desired(&example, &Settings::default());
         let owner = &d.owner_references()[0];
         assert_eq!(
             (
@@ -163,27 +174,27 @@ mod tests {
             ("example.com/v1alpha1", "Foo", "uid-2")
         );
         assert_eq!(
-            desired(&foo(Some(3))).owner_references()[0].api_version,
+            desired_default(&foo(Some(3))).owner_references()[0].api_version,
             "samplecontroller.k8s.io/v1alpha1"
         );
         // Otherwise the same Deployment.
-        assert_eq!(d.spec, desired(&foo(Some(3))).spec);
+        assert_eq!(d.spec, desired_default(&foo(Some(3))).spec);
     }
 
     #[test]
     fn unset_replicas_means_one() {
-        assert_eq!(desired(&foo(None)).spec.unwrap().replicas, Some(1));
+        assert_eq!(desired_default(&foo(None)).spec.unwrap().replicas, Some(1));
     }
 
     #[test]
     fn a_matching_deployment_needs_no_write() {
-        let want = desired(&foo(Some(2)));
+        let want = desired_default(&foo(Some(2)));
         assert!(!needs_apply(&want, &want.clone().into()));
     }
 
     #[test]
     fn fields_others_own_are_not_drift() {
-        let want = desired(&foo(Some(2)));
+        let want = desired_default(&foo(Some(2)));
         let mut have = want.clone();
         have.annotations_mut().insert("team".into(), "payments".into());
         have.labels_mut().insert("extra".into(), "yes".into());
@@ -197,7 +208,7 @@ mod tests {
 
     #[test]
     fn managed_fields_changed_by_hand_are_drift() {
-        let want = desired(&foo(Some(2)));
+        let want = desired_default(&foo(Some(2)));
         let edits: [fn(&mut Deployment); 5] = [
             |d| d.spec.as_mut().unwrap().replicas = Some(5),
             |d| {
@@ -234,5 +245,39 @@ mod tests {
             edit(&mut have);
             assert!(needs_apply(&want, &have.into()), "edit {i} went unnoticed");
         }
+    }
+
+    #[test]
+    fn the_container_has_the_configured_image_resources_and_context() {
+        let settings = Settings {
+            image: "registry.example/nginx-unprivileged:1.29".into(),
+            resources: crate::foo::settings::parse_json(r#"{"requests":{"cpu":"50m"}}"#).unwrap(),
+            security_context: crate::foo::settings::parse_json(r#"{"runAsNonRoot":true}"#).unwrap(),
+        };
+        let d = desired(&foo(Some(1)), &settings);
+        let container = &d.spec.unwrap().template.spec.unwrap().containers[0];
+        assert_eq!(container.image.as_deref(), Some(settings.image.as_str()));
+        assert_eq!(container.resources.as_ref(), Some(&settings.resources));
+        assert_eq!(
+            container.security_context.as_ref(),
+            Some(&settings.security_context)
+        );
+        assert_eq!(d.metadata.labels.unwrap()[SETTINGS_LABEL], settings.digest());
+    }
+
+    #[test]
+    fn changed_settings_are_applied_to_existing_deployments() {
+        let before = desired_default(&foo(Some(2)));
+        let mut settings = Settings::default();
+        settings.security_context.run_as_non_root = Some(true);
+        assert!(needs_apply(
+            &desired(&foo(Some(2)), &settings),
+            &before.clone().into()
+        ));
+        settings = Settings {
+            image: "nginx:1.29".into(),
+            ..Settings::default()
+        };
+        assert!(needs_apply(&desired(&foo(Some(2)), &settings), &before.into()));
     }
 }

@@ -19,6 +19,7 @@
 
 pub mod cached;
 pub mod deployment;
+pub mod settings;
 pub mod status;
 
 use std::marker::PhantomData;
@@ -42,6 +43,7 @@ use crate::runtime::index::Index;
 use crate::runtime::watch::no_preparation;
 use crate::runtime::{Context, FIELD_MANAGER, ReconcileError, Reconciler, Shared, Wiring};
 use cached::CachedDeployment;
+pub use settings::Settings;
 use status::Observed;
 
 /// A group the Foo is served in, and the name of its controller.
@@ -59,19 +61,21 @@ impl Kind for ExampleFoo {
 }
 
 /// The Foo controller of `samplecontroller.k8s.io`, for the operator's list of controllers.
-pub const DESCRIPTOR: Descriptor<()> = descriptor::<Foo>(true);
+pub const DESCRIPTOR: Descriptor<Settings> = descriptor::<Foo>(true);
 
 /// The Foo controller of `example.com` (seed 004's group), which runs only when asked for: its
 /// CRD is not installed by default.
-pub const EXAMPLE_DESCRIPTOR: Descriptor<()> = descriptor::<ExampleFoo>(false);
+pub const EXAMPLE_DESCRIPTOR: Descriptor<Settings> = descriptor::<ExampleFoo>(false);
 
-/// A Foo controller has no settings of its own.
-const fn descriptor<K: Kind>(runs_by_default: bool) -> Descriptor<()> {
+/// Both groups' controllers share one [`Settings`].
+const fn descriptor<K: Kind>(runs_by_default: bool) -> Descriptor<Settings> {
     Descriptor {
         name: K::CONTROLLER,
         runs_by_default,
         resource: OwnResource::of::<K>(),
-        start: |shared, _, stopping| crate::runtime::start(shared, wiring::<K>(shared), stopping),
+        start: |shared, settings, stopping| {
+            crate::runtime::start(shared, wiring::<K>(shared, settings), stopping)
+        },
     }
 }
 
@@ -120,11 +124,12 @@ pub struct FooReconciler<K> {
     deployments: Store<CachedDeployment>,
     /// The operator's Deployments, by the uid of the Foo of kind `K` that controls them.
     owned: Index<CachedDeployment, String>,
+    settings: Arc<Settings>,
     kind: PhantomData<fn() -> K>,
 }
 
 /// The controller of Foos of kind `K`: its watches, caches and domain.
-pub fn wiring<K: Kind>(shared: &Shared) -> Wiring<FooReconciler<K>> {
+pub fn wiring<K: Kind>(shared: &Shared, settings: &Settings) -> Wiring<FooReconciler<K>> {
     // Foos by the Deployment they name, so that a foreign Deployment's event reaches the Foos
     // it blocks; kept from the Foo watch, ahead of its cache.
     let by_deployment = Index::new(named_deployment::<K>);
@@ -166,6 +171,7 @@ pub fn wiring<K: Kind>(shared: &Shared) -> Wiring<FooReconciler<K>> {
         reconciler: FooReconciler {
             deployments: deployments.store,
             owned,
+            settings: Arc::new(settings.clone()),
             kind: PhantomData,
         },
         own_writes: foos.own_writes,
@@ -239,7 +245,7 @@ impl<K: Kind> FooReconciler<K> {
         // Reads and applies answer with the cached projection rather than a whole Deployment.
         let cached_api: Api<CachedDeployment> = Api::namespaced(ctx.client().clone(), namespace);
         let name = &foo.spec().deployment_name;
-        let desired = deployment::desired(foo);
+        let desired = deployment::desired(foo, &self.settings);
         let observed = match self.deployments.get(&ObjectRef::new(name).within(namespace)) {
             Some(cached) => cached,
             // Not among the operator's Deployments: create it, unless one of that name exists

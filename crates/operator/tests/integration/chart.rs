@@ -21,6 +21,7 @@ use crate::support::{Operator, client_with_crds, config};
 const RELEASE: &str = "sample-operator";
 /// The namespace the one-namespace combinations watch.
 const TEAM: &str = "chart-team-a";
+const UNPRIVILEGED_NGINX: &str = "fooDeployments.image=nginxinc/nginx-unprivileged:1.29";
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 /// Every option of the chart, in the combinations a platform team would choose.
@@ -96,6 +97,15 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                 ]),
             ]
             .concat(),
+        ),
+        (
+            "Foo Deployments for Pod Security restricted",
+            sets(&[
+                UNPRIVILEGED_NGINX,
+                "fooDeployments.securityContext.runAsNonRoot=true",
+                "fooDeployments.securityContext.capabilities.drop[0]=ALL",
+                "fooDeployments.resources.limits.memory=64Mi",
+            ]),
         ),
         (
             "one namespace, example.com, Neutron, no election, own spread",
@@ -396,6 +406,7 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
                     .expect("the dashboard's JSON");
             assert_eq!(json["uid"], "sample-operator", "{name}");
         }
+        assert_foo_deployments(name, &objects, has(UNPRIVILEGED_NGINX));
         let image = pod["containers"][0]["image"].as_str().unwrap();
         if sets.iter().any(|s| s.starts_with("image.digest=")) {
             assert_eq!(image, format!("sample-operator@{DIGEST}"));
@@ -420,6 +431,73 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
                 "{name}: spread across nodes and zones by default"
             );
         }
+    }
+}
+
+/// The operator takes the chart's arguments, and runs Foos' Deployments as the values say: the
+/// defaults are the operator's own, the workload policy allows the image it runs, and values
+/// set over the defaults keep the rest of them.
+fn assert_foo_deployments(name: &str, objects: &[serde_json::Value], restricted: bool) {
+    use sample_operator::cli::{Args, Command};
+    use sample_operator::foo::Settings;
+
+    let deployment = find(objects, "Deployment").expect("a Deployment");
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned());
+    let parsed =
+        <Args as clap::Parser>::try_parse_from(std::iter::once("sample-operator".to_owned()).chain(args))
+            .unwrap_or_else(|e| panic!("{name}: the operator refuses the chart's arguments: {e}"));
+    let Command::Run(run) = parsed.command else {
+        panic!("{name}: the chart runs `run`")
+    };
+    let settings = run.foo_workload.settings();
+    let defaults = Settings::default();
+    if restricted {
+        assert_eq!(settings.image, "nginxinc/nginx-unprivileged:1.29", "{name}");
+        let context = &settings.security_context;
+        assert_eq!(context.run_as_non_root, Some(true), "{name}");
+        assert_eq!(
+            context.capabilities.as_ref().and_then(|c| c.drop.clone()),
+            Some(vec!["ALL".to_owned()]),
+            "{name}"
+        );
+        assert_eq!(
+            context.allow_privilege_escalation,
+            Some(false),
+            "{name}: a default kept"
+        );
+        assert_eq!(
+            context.seccomp_profile, defaults.security_context.seccomp_profile,
+            "{name}"
+        );
+        assert_eq!(
+            settings.resources.limits.as_ref().unwrap()["memory"].0,
+            "64Mi",
+            "{name}"
+        );
+        assert_eq!(settings.resources.requests, defaults.resources.requests, "{name}");
+    } else {
+        assert_eq!(
+            settings, defaults,
+            "{name}: the chart's defaults are the operator's"
+        );
+    }
+    if let Some(policy) = objects.iter().find(|o| {
+        o["kind"] == "ValidatingAdmissionPolicy"
+            && o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-workloads"))
+    }) {
+        let image = policy["spec"]["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "image")
+            .unwrap();
+        assert_eq!(image["expression"], format!("'{}'", settings.image), "{name}");
     }
 }
 

@@ -135,7 +135,7 @@ fn the_plain_manifests_and_the_chart_confine_the_operator_by_the_same_rules() {
         .unwrap();
     assert_eq!(
         image["expression"],
-        format!("'{}'", sample_operator::foo::deployment::IMAGE)
+        format!("'{}'", sample_operator::foo::settings::DEFAULT_IMAGE)
     );
 }
 
@@ -196,8 +196,7 @@ async fn the_workload_policy_confines_the_operators_service_account() {
         }))
         .unwrap()
     };
-    let nginx =
-        json!({ "containers": [{ "name": "nginx", "image": sample_operator::foo::deployment::IMAGE }] });
+    let nginx = json!({ "containers": [{ "name": "nginx", "image": sample_operator::foo::settings::DEFAULT_IMAGE }] });
     // The API server picks a new policy up within seconds: until the first refusal, retry.
     let refusal = |namespace: String, name: &'static str, pod: serde_json::Value| {
         let api: Api<Deployment> = Api::namespaced(as_operator.clone(), &namespace);

@@ -716,3 +716,101 @@ async fn foos_of_the_two_groups_never_fight_over_one_deployment() {
     operator.stop().await;
     ns.delete().await;
 }
+
+/// Pod Security: the Foo Deployments' defaults are admitted where `baseline` is enforced, and
+/// with restricted settings where `restricted` is: the seeds' Foo (samples/foo.yaml) converges
+/// unchanged in both. The control, that the namespaces' labels bite: the defaults are refused
+/// under `restricted`.
+#[tokio::test]
+async fn foo_deployments_meet_pod_security_baseline_by_default_and_restricted_when_configured() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use sample_operator::foo::Settings;
+    use sample_operator::foo::settings::parse_json;
+
+    let client = client_with_crds().await;
+    let restricted = Settings {
+        image: "nginxinc/nginx-unprivileged:1.29".into(),
+        security_context: parse_json(
+            r#"{"allowPrivilegeEscalation": false, "runAsNonRoot": true,
+                "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}"#,
+        )
+        .unwrap(),
+        ..Settings::default()
+    };
+    let seeds_foo: Foo = serde_yaml::from_str(include_str!("../../../../samples/foo.yaml")).unwrap();
+    let enforcing = |level: &'static str| {
+        let client = client.clone();
+        async move {
+            let ns = TestNamespace::create(&client, &format!("foo-pss-{level}")).await;
+            let labels = json!({ "metadata": { "labels": {
+                "pod-security.kubernetes.io/enforce": level,
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            }}});
+            Api::<Namespace>::all(client)
+                .patch(&ns.name, &PatchParams::default(), &Patch::Merge(&labels))
+                .await
+                .unwrap();
+            ns
+        }
+    };
+
+    for (level, settings) in [("baseline", Settings::default()), ("restricted", restricted)] {
+        let ns = enforcing(level).await;
+        let mut run = config(Some(&ns.name), &[ControllerName::Foo]);
+        run.foo = settings.clone();
+        let operator = Operator::start_with(run).await;
+        let foos = ns.api::<Foo>();
+        let mut foo = seeds_foo.clone();
+        foo.metadata.namespace = Some(ns.name.clone());
+        foos.create(&PostParams::default(), &foo).await.unwrap();
+        let replicas = foo.spec.replicas.unwrap();
+        wait_available(&foos, &foo.name_any(), replicas).await;
+        let d = ns
+            .api::<Deployment>()
+            .get(&foo.spec.deployment_name)
+            .await
+            .unwrap();
+        let container = &d.spec.unwrap().template.spec.unwrap().containers[0];
+        assert_eq!(
+            container.image.as_deref(),
+            Some(settings.image.as_str()),
+            "{level}"
+        );
+        assert_eq!(
+            container.security_context.as_ref(),
+            Some(&settings.security_context),
+            "{level}"
+        );
+        operator.stop().await;
+        ns.delete().await;
+    }
+
+    let ns = enforcing("restricted").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Foo]).await;
+    let mut foo = seeds_foo.clone();
+    foo.metadata.namespace = Some(ns.name.clone());
+    ns.api::<Foo>()
+        .create(&PostParams::default(), &foo)
+        .await
+        .unwrap();
+    // The deployment controller copies its ReplicaSet's refusal into the Deployment's status.
+    let replica_failure = |d: &Deployment| {
+        let conditions = d.status.as_ref()?.conditions.as_ref()?;
+        let failure = conditions.iter().find(|c| c.type_ == "ReplicaFailure")?;
+        failure.message.clone()
+    };
+    let deployments = ns.api::<Deployment>();
+    let refused = testing::wait_for(
+        &deployments,
+        &foo.spec.deployment_name,
+        "its Pods refused by Pod Security",
+        TIMEOUT,
+        |d| replica_failure(d).is_some_and(|m| m.contains("violates PodSecurity")),
+    )
+    .await
+    .unwrap();
+    let refused = replica_failure(&refused).unwrap();
+    assert!(refused.contains("restricted"), "{refused}");
+    operator.stop().await;
+    ns.delete().await;
+}
