@@ -326,8 +326,10 @@ async fn a_foreign_network_of_the_same_name_is_never_touched() {
     .unwrap();
     let refused = wait_reason(&api, "blue", "ResourceExists").await;
     let message = &refused.status.as_ref().unwrap().conditions[0].message;
-    assert!(message.contains(&foreign_id), "{message}");
-    wait_for_event(&client, &ns.name, "blue", "ResourceExists").await;
+    // Another project's network is not the tenant's to read about: only the operator's log.
+    assert_tenant_message(message, "does not own", &[&foreign_id]);
+    let event = wait_for_event(&client, &ns.name, "blue", "ResourceExists").await;
+    assert_eq!(event.note.as_ref(), Some(message));
 
     // Deleting the Network leaves the foreign network exactly as it was.
     api.delete("blue", &DeleteParams::default()).await.unwrap();
@@ -480,10 +482,7 @@ async fn while_neutron_is_down_networks_report_it_and_nothing_is_lost() {
         .unwrap();
     let down = wait_reason(&api, "a", "BackendUnavailable").await;
     let message = &down.status.as_ref().unwrap().conditions[0].message;
-    assert!(
-        message.contains("neutron-server"),
-        "names what to check: {message}"
-    );
+    assert_tenant_message(message, "cannot be reached", &["neutron", "9696", "5000"]);
     assert!(
         down.status.unwrap().backend.is_some(),
         "the network is still there"
@@ -587,8 +586,9 @@ async fn wrong_credentials_then_a_quota_then_a_revoked_token_are_reported_and_re
     .unwrap();
     let refused = wait_reason(&api, "blue", "BackendAuthFailed").await;
     let message = &refused.status.as_ref().unwrap().conditions[0].message;
-    assert!(message.contains("credentials"), "says what to fix: {message}");
-    wait_for_event(&client, &ns.name, "blue", "BackendAuthFailed").await;
+    assert_tenant_message(message, "credentials", &[&project, "clouds.yaml", "Keystone"]);
+    let event = wait_for_event(&client, &ns.name, "blue", "BackendAuthFailed").await;
+    assert_eq!(event.note.as_ref(), Some(message));
 
     // Fixed in the file, as a Secret's volume is updated: taken without a restart.
     write_clouds(&bed, &clouds, &project, &password).await;
@@ -604,7 +604,7 @@ async fn wrong_credentials_then_a_quota_then_a_revoked_token_are_reported_and_re
     .unwrap();
     let over = wait_reason(&api, "green", "BackendQuotaExceeded").await;
     let message = &over.status.as_ref().unwrap().conditions[0].message;
-    assert!(message.contains("quota"), "{message}");
+    assert_tenant_message(message, "quota is used up", &[&project, "openstack quota"]);
     wait_for_event(&client, &ns.name, "green", "BackendQuotaExceeded").await;
     openstack(&bed, &["quota", "set", "--networks", "10", &project]).await;
     wait_reason(&api, "green", "Synced").await;
@@ -884,8 +884,9 @@ async fn a_network_in_use_is_not_deleted_until_its_ports_are_gone() {
     api.delete("busy", &DeleteParams::default()).await.unwrap();
     let refused = wait_reason(&api, "busy", "BackendConflict").await;
     let message = &refused.status.as_ref().unwrap().conditions[0].message;
-    assert!(message.contains(&port_id), "names the port: {message}");
-    wait_for_event(&client, &ns.name, "busy", "BackendConflict").await;
+    assert_tenant_message(message, "in use", &[&port_id]);
+    let event = wait_for_event(&client, &ns.name, "busy", "BackendConflict").await;
+    assert_eq!(event.note.as_ref(), Some(message));
     let (networks, _) = in_neutron(&admin, &ns.name, &synced).await;
     assert_eq!(networks.len(), 1, "the network stays while the port uses it");
 
@@ -893,4 +894,17 @@ async fn a_network_in_use_is_not_deleted_until_its_ports_are_gone() {
     testing::wait_for_deletion(&api, "busy", TIMEOUT).await.unwrap();
     assert_eq!(in_neutron(&admin, &ns.name, &synced).await, (vec![], vec![]));
     finish(&api, operator, ns).await;
+}
+
+/// A failure as the Network's namespace reads it: what happened (`says`), a reference to the
+/// operator's log, and none of `hidden` (URLs, other tenants' objects) or any address.
+fn assert_tenant_message(message: &str, says: &str, hidden: &[&str]) {
+    assert!(message.contains(says), "says {says:?}: {message}");
+    assert!(
+        message.contains("(reference ") && message.contains("in the operator's log)"),
+        "{message}"
+    );
+    for detail in hidden.iter().chain(&["http", "127.0.0.1"]) {
+        assert!(!message.contains(detail), "shows {detail:?}: {message}");
+    }
 }

@@ -136,11 +136,116 @@ impl BackendError {
         matches!(self, BackendError::NotOwned(_) | BackendError::Unavailable(_))
     }
 
+    /// The failure as a tenant may read it in the Network's status and events: what happened
+    /// and what to do, with `reference` to find the details in the operator's log, and none of
+    /// the infrastructure (URLs, clouds, other tenants' objects, error chains). The same reason,
+    /// so that retries and metrics are as before.
+    pub fn redacted(&self, reference: &str) -> BackendError {
+        let text = |what: &str| format!("{what} (reference {reference} in the operator's log)");
+        match self {
+            BackendError::Unavailable(_) => BackendError::Unavailable(text(
+                "the network backend is not available; the operator retries, and syncs the Network once it is",
+            )),
+            BackendError::Unreachable(_) => BackendError::Unreachable(text(
+                "the network backend cannot be reached; the operator retries, and syncs the Network once it answers",
+            )),
+            BackendError::AuthFailed(_) => BackendError::AuthFailed(text(
+                "the network backend refused the operator's credentials or rights; the cluster admin must fix them, and the operator retries",
+            )),
+            BackendError::Misconfigured(_) => BackendError::Misconfigured(text(
+                "the operator's network backend settings are wrong; the cluster admin must fix them, and the operator retries",
+            )),
+            BackendError::QuotaExceeded(_) => BackendError::QuotaExceeded(text(
+                "the network backend's quota is used up; delete Networks you no longer need, or ask the cluster admin to raise it",
+            )),
+            BackendError::Conflict(_) => BackendError::Conflict(text(
+                "the network is in use or was changed at the same time; the operator retries (a deleted Network goes once nothing uses it)",
+            )),
+            BackendError::NotOwned(_) => BackendError::NotOwned(text(
+                "the network backend has a network of this name that this Network does not own, and leaves it alone; rename the Network, or ask the cluster admin",
+            )),
+            BackendError::NotFound(_) => {
+                BackendError::NotFound(text("the network backend failed; the operator retries"))
+            }
+            BackendError::Failed(_) => {
+                BackendError::Failed(text("the network backend failed; the operator retries"))
+            }
+            // Neither names anything outside the Network.
+            BackendError::MissingObjectKey(_) | BackendError::Request { .. } => self.clone(),
+        }
+    }
+
+    /// A short reference that ties a Network's reported failure to the operator's log lines
+    /// about it: the same for every retry of one failure (so that retries leave the status
+    /// alone), another for another Network or reason.
+    pub fn reference(&self, network_uid: &str) -> String {
+        let mut hasher = fnv::FnvHasher::default();
+        std::hash::Hasher::write(&mut hasher, network_uid.as_bytes());
+        std::hash::Hasher::write(&mut hasher, self.reason().as_bytes());
+        format!("{:08x}", std::hash::Hasher::finish(&hasher) as u32)
+    }
+
     /// A Kubernetes API failure while `action`.
     pub fn request(action: &'static str, source: kube::Error) -> Self {
         BackendError::Request {
             action,
             source: Arc::new(source),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each failure as a backend reports it, with infrastructure details in it.
+    fn detailed() -> Vec<BackendError> {
+        let secret = "https://keystone.internal:5000/v3 cloud prod-east network 0b7e-other-tenant";
+        vec![
+            BackendError::Unavailable(secret.into()),
+            BackendError::Unreachable(secret.into()),
+            BackendError::AuthFailed(secret.into()),
+            BackendError::Misconfigured(secret.into()),
+            BackendError::QuotaExceeded(secret.into()),
+            BackendError::Conflict(secret.into()),
+            BackendError::NotOwned(secret.into()),
+            BackendError::NotFound(secret.into()),
+            BackendError::Failed(secret.into()),
+        ]
+    }
+
+    #[test]
+    fn redacted_failures_keep_their_reason_and_name_no_infrastructure() {
+        for error in detailed() {
+            let reference = error.reference("uid-1");
+            let redacted = error.redacted(&reference);
+            let text = redacted.to_string();
+            assert_eq!(redacted.reason(), error.reason(), "{text}");
+            assert_eq!(redacted.forgets_reference(), error.forgets_reference(), "{text}");
+            assert!(
+                text.contains(&format!("(reference {reference} in the operator's log)")),
+                "{text}"
+            );
+            for detail in ["keystone", "prod-east", "0b7e", "https"] {
+                assert!(!text.contains(detail), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_reference_is_the_same_for_every_retry_of_a_failure_and_differs_otherwise() {
+        let down = BackendError::Unreachable("connection refused".into());
+        let reference = down.reference("uid-1");
+        assert_eq!(reference.len(), 8);
+        // Another attempt, whose error text differs: the status is left as it is.
+        assert_eq!(
+            BackendError::Unreachable("timed out".into()).reference("uid-1"),
+            reference
+        );
+        assert_ne!(down.reference("uid-2"), reference);
+        assert_ne!(
+            BackendError::QuotaExceeded(String::new()).reference("uid-1"),
+            reference
+        );
     }
 }
