@@ -370,11 +370,12 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     .await
     .map_err(|e| format!("cannot listen on {} (--probe-address): {e}", args.probe_address))?;
     // Read now, so that a wrong directory ends the start before the cluster is even asked.
-    let metrics_tls = match args.metrics_secure {
-        true => Some(crate::runtime::server::tls::server_config(
-            args.metrics_cert_dir.as_deref(),
-        )?),
-        false => None,
+    let metrics_tls = if args.metrics_secure {
+        let tls = crate::runtime::server::tls::server_config(args.metrics_cert_dir.as_deref())
+            .map_err(|e| format!("--metrics-secure: {e}"))?;
+        Some(tls)
+    } else {
+        None
     };
 
     let config = kube_config(&args.cluster).await?;
