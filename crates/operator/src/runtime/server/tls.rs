@@ -63,6 +63,8 @@ impl ResolvesServerCert for Fixed {
 struct CertificateFiles {
     dir: PathBuf,
     provider: Arc<CryptoProvider>,
+    /// How often the files are looked at: [`RECHECK`].
+    recheck: Duration,
     state: Mutex<Loaded>,
 }
 
@@ -80,6 +82,7 @@ impl CertificateFiles {
         Ok(Self {
             dir: dir.to_owned(),
             provider,
+            recheck: RECHECK,
             state: Mutex::new(Loaded {
                 key,
                 modified,
@@ -89,10 +92,11 @@ impl CertificateFiles {
     }
 }
 
-impl ResolvesServerCert for CertificateFiles {
-    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+impl CertificateFiles {
+    /// The certificate to serve now: the files' again if they changed.
+    fn current(&self) -> Arc<CertifiedKey> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if state.checked.elapsed() >= RECHECK {
+        if state.checked.elapsed() >= self.recheck {
             state.checked = Instant::now();
             let modified = modified(&self.dir);
             if modified != state.modified {
@@ -108,7 +112,13 @@ impl ResolvesServerCert for CertificateFiles {
                 }
             }
         }
-        Some(state.key.clone())
+        state.key.clone()
+    }
+}
+
+impl ResolvesServerCert for CertificateFiles {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
     }
 }
 
@@ -144,6 +154,31 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let error = server_config(Some(&dir)).unwrap_err();
         assert!(error.contains("tls.crt"), "{error}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_renewed_certificate_is_served_and_a_broken_renewal_is_not() {
+        let dir = std::env::temp_dir().join(format!("metrics-tls-renewed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str| {
+            let generated = rcgen::generate_simple_self_signed(vec![name.to_owned()]).unwrap();
+            std::fs::write(dir.join(CERT_FILE), generated.cert.pem()).unwrap();
+            std::fs::write(dir.join(KEY_FILE), generated.signing_key.serialize_pem()).unwrap();
+            generated.cert.der().clone()
+        };
+        let first = write("first");
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut files = CertificateFiles::load(&dir, provider).unwrap();
+        files.recheck = Duration::ZERO;
+        assert_eq!(files.current().cert[0], first);
+        // Modification times are compared: make sure the renewal's differ.
+        std::thread::sleep(Duration::from_millis(20));
+        let second = write("second");
+        assert_eq!(files.current().cert[0], second, "the renewal is served");
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(dir.join(KEY_FILE), "half written").unwrap();
+        assert_eq!(files.current().cert[0], second, "a broken renewal is not");
         let _ = std::fs::remove_dir_all(dir);
     }
 
