@@ -671,7 +671,8 @@ fn apply_stdin_in(demo: &Demo, namespace: &str, yaml: &str) -> Result<()> {
 fn operator_args() -> Vec<String> {
     vec![
         "run".into(),
-        "--http-address=127.0.0.1:0".into(),
+        "--metrics-address=127.0.0.1:0".into(),
+        "--probe-address=127.0.0.1:0".into(),
         "--controllers=network,foo,foo-example,my-custom-resource".into(),
         format!("--namespace={NAMESPACE}"),
     ]
@@ -681,7 +682,8 @@ fn operator_args() -> Vec<String> {
 fn neutron_operator_args(bed: &OpenStack) -> Vec<String> {
     vec![
         "run".into(),
-        "--http-address=127.0.0.1:0".into(),
+        "--metrics-address=127.0.0.1:0".into(),
+        "--probe-address=127.0.0.1:0".into(),
         "--controllers=network".into(),
         format!("--namespace={NEUTRON_NAMESPACE}"),
         "--network-backend=neutron".into(),

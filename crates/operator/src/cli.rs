@@ -4,6 +4,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -16,6 +17,8 @@ use crate::network::backend::neutron::client::CloudSource;
 use crate::network::policy::AddressPolicy;
 use crate::runtime::leader::{LeaseConfig, Outcome};
 use crate::runtime::requests::RequestCounter;
+use crate::runtime::server::MetricsAccess;
+use crate::runtime::server::auth::Authorizer;
 use crate::runtime::watch::{InitialList, InitialListChoice};
 use crate::runtime::{RuntimeConfig, Supervised, Telemetry};
 use crate::{ControllerName, RunConfig, foo};
@@ -89,9 +92,33 @@ pub struct RunArgs {
     /// start, else `list`.
     #[arg(long, env = "SAMPLE_OPERATOR_INITIAL_LIST", value_enum, default_value_t = InitialListChoice::Auto)]
     pub initial_list: InitialListChoice,
-    /// Address of the HTTP server for /metrics, /healthz and /readyz.
-    #[arg(long, env = "SAMPLE_OPERATOR_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]
-    pub http_address: SocketAddr,
+    /// Address of /metrics. `--http-address`, its name before the probes moved to their own
+    /// port, still works, so that existing command lines keep starting.
+    #[arg(
+        long,
+        visible_alias = "http-address",
+        env = "SAMPLE_OPERATOR_METRICS_ADDRESS",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub metrics_address: SocketAddr,
+    /// Serve /metrics over HTTPS, only to bearers of a token that Kubernetes accepts
+    /// (TokenReview) and allows `get` on the non-resource URL /metrics (SubjectAccessReview).
+    #[arg(long, env = "SAMPLE_OPERATOR_METRICS_SECURE")]
+    pub metrics_secure: bool,
+    /// With --metrics-secure: a directory holding tls.crt and tls.key (a mounted
+    /// kubernetes.io/tls Secret), read again when they change; a self-signed certificate is
+    /// made at start when unset.
+    #[arg(
+        long,
+        env = "SAMPLE_OPERATOR_METRICS_CERT_DIR",
+        value_name = "DIR",
+        requires = "metrics_secure"
+    )]
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// Address of /healthz and /readyz, apart from /metrics so that scrapes never delay a
+    /// probe.
+    #[arg(long, env = "SAMPLE_OPERATOR_PROBE_ADDRESS", default_value = "0.0.0.0:8081")]
+    pub probe_address: SocketAddr,
     /// How long in-flight reconciles may take to finish on SIGTERM, in seconds.
     #[arg(long, env = "SAMPLE_OPERATOR_DRAIN_SECONDS", default_value_t = 10)]
     pub drain_seconds: u64,
@@ -366,17 +393,31 @@ pub async fn kube_config(args: &ClusterArgs) -> Result<kube::Config, String> {
 }
 
 async fn run_operator(args: RunArgs) -> Result<(), String> {
-    // The HTTP server comes first: a kubelet probes as soon as the container starts, and a
-    // refused connection reads as a crash where "not ready yet, checking the cluster" is true.
+    // The probes come first: a kubelet probes as soon as the container starts, and a refused
+    // connection reads as a crash where "not ready yet, checking the cluster" is true. /metrics
+    // follows once there is a client, with which the secure one reviews its scrapers' tokens.
     let requests = RequestCounter::default();
     let telemetry = Telemetry::new(requests.clone());
     telemetry.health.starting([STARTUP_CHECKS]);
-    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let (address, http) = crate::runtime::server::serve(args.http_address, telemetry.clone(), async move {
-        let _ = http_stopped.await;
-    })
+    let (stop_http, http_stopped) = tokio::sync::watch::channel(());
+    let stopped = |mut receiver: tokio::sync::watch::Receiver<()>| async move {
+        let _ = receiver.changed().await;
+    };
+    let (probe_address, probes) = crate::runtime::server::serve_probes(
+        args.probe_address,
+        telemetry.clone(),
+        stopped(http_stopped.clone()),
+    )
     .await
-    .map_err(|e| format!("cannot listen on {}: {e}", args.http_address))?;
+    .map_err(|e| format!("cannot listen on {} (--probe-address): {e}", args.probe_address))?;
+    // Read now, so that a wrong directory ends the start before the cluster is even asked.
+    let metrics_tls = if args.metrics_secure {
+        let tls = crate::runtime::server::tls::server_config(args.metrics_cert_dir.as_deref())
+            .map_err(|e| format!("--metrics-secure: {e}"))?;
+        Some(tls)
+    } else {
+        None
+    };
 
     let config = kube_config(&args.cluster).await?;
     let server = config.cluster_url.to_string();
@@ -402,11 +443,31 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     run.network.backend = args.network_backend.config(&client).await?;
     run.network.policy = args.address_policy.policy();
     run.foo = args.foo_workload.settings();
+    let access = match metrics_tls {
+        Some(tls) => MetricsAccess::Secure {
+            tls,
+            authorizer: Arc::new(Authorizer::kubernetes(client.clone())),
+        },
+        None => MetricsAccess::Open,
+    };
+    let (metrics_address, metrics) = crate::runtime::server::serve_metrics(
+        args.metrics_address,
+        telemetry.clone(),
+        access,
+        stopped(http_stopped),
+    )
+    .await
+    .map_err(|e| {
+        format!(
+            "cannot listen on {} (--metrics-address): {e}",
+            args.metrics_address
+        )
+    })?;
     // Logging starts once the cluster is known to be usable: until then, a failure is reported
     // as the one line of `fail`, not interleaved with the client's own error logs.
     init_logging(&args);
     telemetry.health.synced(STARTUP_CHECKS);
-    tracing::info!(%server, %address, controllers = ?run.controllers, initial_list = ?run.runtime.initial_list, namespace = run.runtime.namespace.as_deref().unwrap_or("(all)"), "starting; serving /metrics, /healthz and /readyz");
+    tracing::info!(%server, %metrics_address, metrics_secure = args.metrics_secure, %probe_address, controllers = ?run.controllers, initial_list = ?run.runtime.initial_list, namespace = run.runtime.namespace.as_deref().unwrap_or("(all)"), "starting; serving /metrics, /healthz and /readyz");
 
     let drain = Duration::from_secs(args.drain_seconds);
     let instance = run.runtime.instance.clone();
@@ -449,7 +510,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         outcome
     };
     let _ = stop_http.send(());
-    let _ = http.await;
+    let _ = tokio::join!(probes, metrics);
     match outcome {
         Outcome::Stopped => {
             tracing::info!("stopped");
@@ -556,6 +617,22 @@ mod tests {
             Command::Run(run) => Ok(*run),
             Command::Crd { .. } => unreachable!("run was given"),
         }
+    }
+
+    #[test]
+    fn probes_and_metrics_have_their_own_addresses_and_metrics_are_open_by_default() {
+        let defaults = run_args(&[]).unwrap();
+        assert_eq!(defaults.metrics_address, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(defaults.probe_address, "0.0.0.0:8081".parse().unwrap());
+        assert!(!defaults.metrics_secure);
+        let secure = run_args(&["--metrics-secure", "--metrics-cert-dir", "/tls"]).unwrap();
+        assert!(secure.metrics_secure);
+        assert_eq!(secure.metrics_cert_dir, Some(PathBuf::from("/tls")));
+        // A certificate for plain HTTP is a mistake worth a refusal.
+        assert!(run_args(&["--metrics-cert-dir", "/tls"]).is_err());
+        // The old name of the metrics address still starts the operator.
+        let old = run_args(&["--http-address", "127.0.0.1:9090"]).unwrap();
+        assert_eq!(old.metrics_address, "127.0.0.1:9090".parse().unwrap());
     }
 
     #[test]

@@ -62,7 +62,7 @@ impl Contenders {
         logs: &Path,
     ) -> Result<(Component, Ready)> {
         let kubeconfig = kubeconfig.display().to_string();
-        let http_port = free_port()?;
+        let probe_port = free_port()?;
         let (binary, mut args) = match contender {
             Contender::Ours | Contender::OursStreaming => (
                 self.ours
@@ -72,10 +72,11 @@ impl Contenders {
                     "run".into(),
                     "--kubeconfig".into(),
                     kubeconfig,
-                    // The peers run a Foo controller only; so does ours here. Its HTTP server
-                    // (a default) goes on a port nothing else holds.
+                    // The peers run a Foo controller only; so does ours here. Its probes and
+                    // metrics servers (defaults) go on ports nothing else holds.
                     "--controllers=foo".into(),
-                    format!("--http-address=127.0.0.1:{http_port}"),
+                    format!("--probe-address=127.0.0.1:{probe_port}"),
+                    format!("--metrics-address=127.0.0.1:{}", free_port()?),
                     // The peers' Deployments have a bare nginx container: so do ours here,
                     // so that all write and store objects of one size.
                     "--foo-resources={}".into(),
@@ -130,7 +131,7 @@ impl Contenders {
         let name = format!("{contender:?}").to_lowercase();
         let from = std::fs::metadata(logs.join(format!("{name}.log"))).map_or(0, |m| m.len());
         let ready = match contender {
-            Contender::Ours | Contender::OursStreaming => Ready::Http(http_port),
+            Contender::Ours | Contender::OursStreaming => Ready::Http(probe_port),
             // sample-controller and controller-runtime both log this once WaitForCacheSync has
             // returned, before their workers start.
             Contender::SampleController

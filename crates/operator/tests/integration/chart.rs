@@ -34,7 +34,11 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
         ("one replica", sets(&["replicaCount=1"])),
         (
             "one namespace",
-            [sets(&["rbac.clusterWide=false"]), vec![team.clone()]].concat(),
+            [
+                sets(&["rbac.clusterWide=false", "metrics.secure=false"]),
+                vec![team.clone()],
+            ]
+            .concat(),
         ),
         (
             "neutron behind a network policy",
@@ -59,6 +63,8 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
             sets(&[
                 "metrics.serviceMonitor.enabled=true",
                 "metrics.serviceMonitor.labels.release=prometheus",
+                "metrics.readers[0].namespace=monitoring",
+                "metrics.readers[0].name=prometheus-k8s",
                 "metrics.prometheusRule.enabled=true",
                 "metrics.prometheusRule.labels.release=prometheus",
                 "metrics.dashboard.enabled=true",
@@ -69,6 +75,8 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
             sets(&[
                 "metrics.podMonitor.enabled=true",
                 "metrics.podMonitor.interval=15s",
+                "metrics.podMonitor.tokenSecret.name=metrics-scraper",
+                "metrics.certSecret=sample-operator-metrics-tls",
                 "metrics.prometheusRule.enabled=true",
                 "metrics.prometheusRule.errorPercent=25",
                 "metrics.prometheusRule.latencySeconds=2.5",
@@ -77,6 +85,10 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                 "metrics.dashboard.namespace=monitoring",
                 "metrics.dashboard.annotations.grafana_folder=Operators",
             ]),
+        ),
+        (
+            "plain HTTP metrics, scraped through a ServiceMonitor",
+            sets(&["metrics.secure=false", "metrics.serviceMonitor.enabled=true"]),
         ),
         (
             "by digest, with priority, pull secrets and extra env and volumes",
@@ -112,6 +124,7 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
             [
                 sets(&[
                     "rbac.clusterWide=false",
+                    "metrics.secure=false",
                     "exampleCom.enabled=true",
                     "networkBackend=neutron",
                     "neutron.clusterId=east-1",
@@ -218,6 +231,17 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
         ("neutron.interface=private", "/neutron/interface"),
         ("extraEnv[0].name=DEBUG,extraEnv[0].value=1", "/extraEnv/0/value"),
         ("rbac.clusterWide=false", "needs watchNamespace"),
+        (
+            "rbac.clusterWide=false,watchNamespace=a",
+            "metrics.secure needs rbac.clusterWide",
+        ),
+        (
+            "metrics.podMonitor.enabled=true",
+            "needs metrics.podMonitor.tokenSecret.name",
+        ),
+        ("metrics.readers[0].name=prometheus", "/metrics/readers/0"),
+        ("probePort=0", "/probePort"),
+        ("metrics.certSecret=Metrics_TLS", "/metrics/certSecret"),
         (
             "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true",
             "choose one",
@@ -353,7 +377,9 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
             let egress = policy["spec"]["egress"].as_array().unwrap();
             // The API server, Keystone, Neutron, DNS: nothing else.
             assert_eq!(egress.len(), 4, "{name}: {egress:?}");
-            assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], "http");
+            assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], "metrics");
+            // The kubelet's probes, from the node.
+            assert_eq!(policy["spec"]["ingress"][1]["ports"][0]["port"], "probes");
         } else {
             assert!(!kinds.contains(&"NetworkPolicy"), "{name}");
         }
@@ -362,6 +388,7 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
             has("metrics.serviceMonitor.enabled=true"),
             "{name}"
         );
+        check_metrics_access(name, &objects, !has("metrics.secure=false"));
         assert_eq!(
             kinds.contains(&"PodMonitor"),
             has("metrics.podMonitor.enabled=true"),
@@ -501,6 +528,83 @@ fn assert_foo_deployments(name: &str, objects: &[serde_json::Value], restricted:
     }
 }
 
+/// How /metrics is served and scraped: over HTTPS to reviewed tokens when `secure` (the
+/// operator may review them, a metrics-reader ClusterRole exists, the monitors send a token and
+/// check the certificate as they can), else plain HTTP; the probes on their own port either way.
+fn check_metrics_access(name: &str, objects: &[serde_json::Value], secure: bool) {
+    let container = &find(objects, "Deployment").unwrap()["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args.contains(&"--metrics-secure"), secure, "{name}: {args:?}");
+    assert!(args.contains(&"--probe-address=0.0.0.0:8081"), "{name}: {args:?}");
+    assert!(
+        args.contains(&"--metrics-address=0.0.0.0:8080"),
+        "{name}: {args:?}"
+    );
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(container[probe]["httpGet"]["port"], "probes", "{name}: {probe}");
+    }
+    let ports: Vec<(&str, i64)> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["containerPort"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(ports, [("metrics", 8080), ("probes", 8081)], "{name}");
+    let cluster_role = |suffix: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == format!("{RELEASE}{suffix}"))
+    };
+    let reviews = cluster_role("").is_some_and(|role| {
+        let rules = role["rules"].as_array().unwrap();
+        [
+            ("authentication.k8s.io", "tokenreviews"),
+            ("authorization.k8s.io", "subjectaccessreviews"),
+        ]
+        .iter()
+        .all(|(group, resource)| {
+            rules.iter().any(|r| {
+                r["apiGroups"] == serde_json::json!([group])
+                    && r["resources"] == serde_json::json!([resource])
+                    && r["verbs"] == serde_json::json!(["create"])
+            })
+        })
+    });
+    assert_eq!(reviews, secure, "{name}: the operator may review tokens");
+    let reader = cluster_role("-metrics-reader");
+    assert_eq!(reader.is_some(), secure, "{name}: a metrics-reader ClusterRole");
+    if let Some(reader) = reader {
+        assert_eq!(
+            reader["rules"],
+            serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]),
+            "{name}"
+        );
+    }
+    let monitor = find(objects, "ServiceMonitor")
+        .map(|m| &m["spec"]["endpoints"][0])
+        .or_else(|| find(objects, "PodMonitor").map(|m| &m["spec"]["podMetricsEndpoints"][0]));
+    if let Some(endpoint) = monitor {
+        assert_eq!(endpoint["port"], "metrics", "{name}");
+        if secure {
+            assert_eq!(endpoint["scheme"], "https", "{name}");
+            let token = endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+                || endpoint["authorization"]["credentials"]["name"] == "metrics-scraper";
+            assert!(token, "{name}: the monitor sends a token: {endpoint}");
+            let tls = &endpoint["tlsConfig"];
+            let verified = tls["ca"]["secret"]["name"] == "sample-operator-metrics-tls"
+                && tls["serverName"] == format!("{RELEASE}-metrics.{RELEASE}.svc");
+            assert!(verified || tls["insecureSkipVerify"] == true, "{name}: {tls}");
+        } else {
+            assert!(endpoint.get("scheme").is_none(), "{name}: {endpoint}");
+        }
+    }
+}
+
 /// The Pod the rendered Deployment would make, with `change` applied to its template. Without
 /// its ServiceAccount, which admission does not need.
 fn operator_pod(objects: &[serde_json::Value], change: impl FnOnce(&mut serde_json::Value)) -> Pod {
@@ -549,6 +653,7 @@ async fn watching_one_namespace_the_operator_needs_only_the_charts_role() {
     let ns = testing::TestNamespace::create(&client, "chart-role").await;
     let sets = [
         "rbac.clusterWide=false".to_owned(),
+        "metrics.secure=false".to_owned(),
         format!("watchNamespace={}", ns.name),
     ];
     let objects = render_in(&ns.name, &sets).await.unwrap();
@@ -597,6 +702,37 @@ async fn watching_one_namespace_the_operator_needs_only_the_charts_role() {
     crate::support::wait_for_event(&client, &ns.name, "web", "Synced").await;
     operator.stop().await;
     ns.delete().await;
+}
+
+/// The chart's ClusterRoles and the plain manifests' grant the same, the rules for serving
+/// /metrics securely included (the tests run the operator with the manifests' RBAC).
+#[test]
+fn the_chart_and_the_manifests_grant_the_same() {
+    let manifests: Vec<serde_json::Value> = ["rbac.yaml", "metrics-reader.yaml"]
+        .iter()
+        .flat_map(|f| documents(&std::fs::read_to_string(format!("{ROOT}/deploy/operator/{f}")).unwrap()))
+        .collect();
+    let helm = local_cluster::toolchain::helm().expect("helm builds");
+    let output = std::process::Command::new(helm)
+        .args(["template", RELEASE, &chart(), "--namespace", RELEASE])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let chart = documents(&String::from_utf8(output.stdout).unwrap());
+    let rules = |objects: &[serde_json::Value], name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("a ClusterRole {name}"))["rules"]
+            .clone()
+    };
+    for name in [RELEASE.to_owned(), format!("{RELEASE}-metrics-reader")] {
+        assert_eq!(rules(&chart, &name), rules(&manifests, &name), "{name}");
+    }
 }
 
 /// kube-score's checks the chart does not follow on purpose, and why. Besides these,

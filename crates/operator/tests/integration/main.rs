@@ -11,6 +11,7 @@ mod events;
 mod foo;
 mod guide;
 mod leader;
+mod metrics;
 mod monitoring;
 mod my_custom_resource;
 mod network;

@@ -1,7 +1,8 @@
 //! The chart's alerting rules and Grafana dashboard, checked with Prometheus' own tools:
 //! `promtool check rules` and `promtool test rules` (deploy/monitoring/alerts.test.yaml), and a
 //! real Prometheus (built from its pinned Go module) that scrapes the operator while it works,
-//! evaluates the rules and answers every query of the dashboard.
+//! evaluates the rules and answers every query of the dashboard, over HTTPS with a token of a
+//! ServiceAccount bound to the metrics-reader ClusterRole, as the chart's ServiceMonitor scrapes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -17,6 +18,7 @@ use serde::Deserialize;
 use crate::chart::render;
 use crate::deploy::ROOT;
 use crate::foo::plain_deployment;
+use crate::metrics::{install_metrics_reader, service_account_token, unbind};
 use crate::process::{OperatorProcess, create_foo, eventually, http_get, scratch_dir, wait_foo_available};
 use crate::support::{client_with_crds, operator_kubeconfig};
 
@@ -129,7 +131,10 @@ async fn the_rules_select_the_monitors_job_and_link_runbooks_when_told_where() {
             r#"up{job="sample-operator-metrics",namespace="sample-operator"}"#,
         ),
         (
-            vec!["metrics.podMonitor.enabled=true"],
+            vec![
+                "metrics.podMonitor.enabled=true",
+                "metrics.podMonitor.tokenSecret.name=metrics-scraper",
+            ],
             r#"up{job="sample-operator/sample-operator",namespace="sample-operator"}"#,
         ),
     ] {
@@ -248,15 +253,22 @@ fn metric_names(expr: &str) -> Vec<String> {
     names
 }
 
-/// A Prometheus scraping one target every second, with the chart's rules; killed when
-/// dropped.
+/// A Prometheus scraping one target every second over HTTPS (not verifying its self-signed
+/// certificate, as the chart's ServiceMonitor does without a certificate Secret) with the bearer
+/// token in `token_file`, with the chart's rules; killed when dropped.
 struct Prometheus {
     child: Child,
     port: u16,
 }
 
 impl Prometheus {
-    fn start(prometheus: &Path, dir: &Path, target_port: u16, rules: &serde_json::Value) -> Self {
+    fn start(
+        prometheus: &Path,
+        dir: &Path,
+        target_port: u16,
+        token_file: &Path,
+        rules: &serde_json::Value,
+    ) -> Self {
         write_yaml(&dir.join("rules.yaml"), rules);
         let config = serde_json::json!({
             "global": {
@@ -267,6 +279,9 @@ impl Prometheus {
             "rule_files": ["rules.yaml"],
             "scrape_configs": [{
                 "job_name": JOB,
+                "scheme": "https",
+                "tls_config": {"insecure_skip_verify": true},
+                "authorization": {"credentials_file": token_file},
                 "static_configs": [{"targets": [format!("127.0.0.1:{target_port}")]}],
             }],
         });
@@ -352,11 +367,20 @@ async fn a_real_prometheus_scrapes_the_operator_evaluates_the_alerts_and_answers
     let mut operator = Some(OperatorProcess::spawn(
         "scraped",
         &dir,
-        &[&kubeconfig_arg, &namespace_arg, "--controllers=foo"],
+        &[
+            &kubeconfig_arg,
+            &namespace_arg,
+            "--controllers=foo",
+            "--metrics-secure",
+        ],
     ));
     let operator_port = operator.as_ref().unwrap().port;
+    install_metrics_reader(&client).await;
+    let token = service_account_token(&client, &ns.name, "prometheus", true).await;
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, token).unwrap();
     let rules = rule_file().await;
-    let prometheus = Prometheus::start(&tools.prometheus, &dir, operator_port, &rules);
+    let prometheus = Prometheus::start(&tools.prometheus, &dir, operator_port, &token_file, &rules);
     let up = || {
         prometheus
             .query(&format!("up{{job=\"{JOB}\"}} == 1"))
@@ -483,6 +507,7 @@ async fn a_real_prometheus_scrapes_the_operator_evaluates_the_alerts_and_answers
     assert!(!alerts.contains_key("SampleOperatorNoLeader"), "{alerts:?}");
 
     drop(prometheus);
+    unbind(&client, &ns.name).await;
     ns.delete().await;
     let _ = std::fs::remove_dir_all(dir);
 }

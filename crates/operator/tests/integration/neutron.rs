@@ -765,7 +765,12 @@ async fn the_binary_takes_its_cloud_from_os_variables_with_a_credential_or_a_tok
         let log = std::fs::File::create(dir.join("operator.log")).unwrap();
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sample-operator"));
         command
-            .args(["run", "--http-address=127.0.0.1:0", "--controllers=network"])
+            .args([
+                "run",
+                "--metrics-address=127.0.0.1:0",
+                "--probe-address=127.0.0.1:0",
+                "--controllers=network",
+            ])
             .arg(format!("--namespace={}", ns.name))
             .arg(format!("--cluster-id={}", ns.name))
             .arg(format!("--kubeconfig={}", kubeconfig.display()))

@@ -22,38 +22,58 @@ const BINARY: &str = env!("CARGO_BIN_EXE_sample-operator");
 /// A running `sample-operator run`, killed when dropped.
 pub(crate) struct OperatorProcess {
     child: Child,
+    /// The port of /metrics.
     pub(crate) port: u16,
+    /// The port of /healthz and /readyz.
+    pub(crate) probe_port: u16,
     log: PathBuf,
+}
+
+/// A port free on loopback now.
+pub(crate) fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl OperatorProcess {
     pub(crate) fn spawn(name: &str, dir: &Path, args: &[&str]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let (port, probe_port) = (free_port(), free_port());
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(BINARY)
             .arg("run")
             .args(args)
-            .arg(format!("--http-address=127.0.0.1:{port}"))
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .arg(format!("--probe-address=127.0.0.1:{probe_port}"))
             .env("POD_NAME", name)
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
             .unwrap();
-        Self { child, port, log }
+        Self {
+            child,
+            port,
+            probe_port,
+            log,
+        }
     }
 
     fn pid(&self) -> Pid {
         Pid::from_raw(self.child.id() as i32)
     }
 
+    /// A GET of /metrics on its port, or of a probe on the probes' port.
     fn get(&self, path: &str) -> Option<(u16, String)> {
-        http_get(self.port, path)
+        let port = if path == "/metrics" {
+            self.port
+        } else {
+            self.probe_port
+        };
+        http_get(port, path)
     }
 
     /// The sum of the series of `family` with these labels; `None` when /metrics fails.
@@ -362,7 +382,7 @@ fn run_to_end(args: &[&str]) -> (ExitStatus, String) {
     let output = Command::new(BINARY)
         .arg("run")
         .args(args)
-        .arg("--http-address=127.0.0.1:0")
+        .args(["--metrics-address=127.0.0.1:0", "--probe-address=127.0.0.1:0"])
         .output()
         .unwrap();
     (

@@ -35,6 +35,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "metrics.prometheusRule.enabled needs metrics.prometheusRule.selector, or a ServiceMonitor or PodMonitor whose job it can select" }}
 {{- end }}
 {{- end }}
+{{- if and .Values.metrics.secure (not .Values.rbac.clusterWide) }}
+{{- fail "metrics.secure needs rbac.clusterWide: the operator reviews scrapers' tokens with TokenReviews and SubjectAccessReviews, which only a ClusterRole grants; set metrics.secure=false (and restrict the port with networkPolicy.metricsFrom)" }}
+{{- end }}
+{{- if and .Values.metrics.secure .Values.metrics.podMonitor.enabled (not .Values.metrics.podMonitor.tokenSecret.name) }}
+{{- fail "metrics.podMonitor.enabled with metrics.secure needs metrics.podMonitor.tokenSecret.name: a Secret with the token of a ServiceAccount in metrics.readers, which the PodMonitor sends" }}
+{{- end }}
 {{- if and .Values.networkPolicy.enabled (not .Values.networkPolicy.apiServer) }}
 {{- fail "networkPolicy.enabled needs networkPolicy.apiServer: the API server's endpoints, as {cidr, port}" }}
 {{- end }}
@@ -52,4 +58,19 @@ runbook_url: {{ printf "%s#%s" $url $anchor | quote }}
 {{- else }}
 runbook: {{ printf "docs/runbooks.md#%s in the sample-operator repository" $anchor | quote }}
 {{- end }}
+{{- end }}
+
+{{/* How Prometheus checks /metrics' certificate: against the CA of metrics.certSecret, or not
+at all for the self-signed certificate the operator makes without one. */}}
+{{- define "sample-operator.metricsTLS" -}}
+tlsConfig:
+  {{- if .Values.metrics.certSecret }}
+  serverName: {{ printf "%s-metrics.%s.svc" (include "sample-operator.fullname" .) .Release.Namespace }}
+  ca:
+    secret:
+      name: {{ .Values.metrics.certSecret }}
+      key: ca.crt
+  {{- else }}
+  insecureSkipVerify: true
+  {{- end }}
 {{- end }}

@@ -1,0 +1,323 @@
+//! Who may read `/metrics` when it is served securely: as controller-runtime's
+//! `WithAuthenticationAndAuthorization` filter (and kube-rbac-proxy before it) decides, the
+//! request's bearer token must pass a TokenReview, and the user it names must be allowed `get`
+//! on the non-resource URL `/metrics` by a SubjectAccessReview. Prometheus is given that by a
+//! binding to a `metrics-reader` ClusterRole.
+//!
+//! The API server is asked at most once per token a [`ALLOWED_FOR`] (a refusal, [`REFUSED_FOR`]),
+//! at most [`REVIEWS_AT_ONCE`] reviews are in flight, and at most [`MAX_CACHED`] decisions are
+//! kept. A decision is kept under the SHA-256 of its token: the token itself is neither kept nor
+//! logged.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use http::HeaderValue;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+
+/// How long an allowed token is trusted before it is reviewed again (controller-runtime keeps
+/// an authentication a minute).
+pub const ALLOWED_FOR: Duration = Duration::from_secs(60);
+/// How long a refused token stays refused, so that a misconfigured scraper costs the API server
+/// little while a fixed binding takes effect soon.
+pub const REFUSED_FOR: Duration = Duration::from_secs(10);
+/// Decisions kept at once; beyond that, the one that would expire first goes.
+pub const MAX_CACHED: usize = 1024;
+/// Reviews sent to the API server at once; more requests wait.
+pub const REVIEWS_AT_ONCE: usize = 4;
+/// How long a review may take before the request is answered 503.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+/// What is asked of the SubjectAccessReview.
+const PATH: &str = "/metrics";
+const VERB: &str = "get";
+
+/// What the API server said of a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Allowed,
+    /// A valid token whose user may not `get /metrics`: 403.
+    Forbidden,
+    /// No valid token: 401.
+    Unauthenticated,
+}
+
+/// Why a request is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No bearer token, or one the API server does not accept: 401.
+    Unauthenticated,
+    /// 403.
+    Forbidden,
+    /// The API server could not be asked: 503, not remembered.
+    Unavailable(String),
+}
+
+/// Reviews a token: the API server in production, a stand-in in unit tests.
+pub trait Reviewer: Send + Sync {
+    fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Decision, String>>;
+}
+
+/// Reviews tokens with the API server through `client`, which may create `tokenreviews` and
+/// `subjectaccessreviews`.
+pub struct KubernetesReviewer {
+    client: kube::Client,
+}
+
+impl KubernetesReviewer {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+
+    async fn ask(&self, token: &str) -> Result<Decision, String> {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_owned(),
+                audiences: None,
+            },
+            ..TokenReview::default()
+        };
+        let reviewed = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| format!("TokenReview: {e}"))?;
+        let status = reviewed.status.unwrap_or_default();
+        let user = match (status.authenticated, status.user) {
+            (Some(true), Some(user)) => user,
+            _ => return Ok(Decision::Unauthenticated),
+        };
+        let access = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username.clone(),
+                uid: user.uid,
+                groups: user.groups,
+                extra: user.extra,
+                non_resource_attributes: Some(NonResourceAttributes {
+                    path: Some(PATH.to_owned()),
+                    verb: Some(VERB.to_owned()),
+                }),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        let reviewed = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &access)
+            .await
+            .map_err(|e| format!("SubjectAccessReview: {e}"))?;
+        let allowed = reviewed.status.is_some_and(|s| s.allowed);
+        tracing::debug!(
+            user = user.username.as_deref().unwrap_or(""),
+            allowed,
+            "metrics: reviewed a scraper"
+        );
+        Ok(if allowed {
+            Decision::Allowed
+        } else {
+            Decision::Forbidden
+        })
+    }
+}
+
+impl Reviewer for KubernetesReviewer {
+    fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Decision, String>> {
+        Box::pin(self.ask(token))
+    }
+}
+
+/// Decides requests by their `Authorization` header, remembering decisions for a while.
+pub struct Authorizer {
+    reviewer: Box<dyn Reviewer>,
+    decisions: Mutex<HashMap<[u8; 32], (Decision, Instant)>>,
+    reviews: Semaphore,
+}
+
+impl Authorizer {
+    pub fn new(reviewer: impl Reviewer + 'static) -> Self {
+        Self {
+            reviewer: Box::new(reviewer),
+            decisions: Mutex::default(),
+            reviews: Semaphore::new(REVIEWS_AT_ONCE),
+        }
+    }
+
+    /// The API server's reviews, through `client`.
+    pub fn kubernetes(client: kube::Client) -> Self {
+        Self::new(KubernetesReviewer::new(client))
+    }
+
+    /// Whether a request with this `Authorization` header may read `/metrics`.
+    pub async fn check(&self, authorization: Option<&HeaderValue>) -> Result<(), Refusal> {
+        let token = authorization
+            .and_then(|h| h.to_str().ok())
+            .and_then(bearer_token)
+            .ok_or(Refusal::Unauthenticated)?;
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let decision = match self.remembered(&key) {
+            Some(decision) => decision,
+            None => {
+                let _turn = self.reviews.acquire().await.expect("never closed");
+                // Another request may have asked for the same token meanwhile.
+                match self.remembered(&key) {
+                    Some(decision) => decision,
+                    None => {
+                        let decision = tokio::time::timeout(REVIEW_TIMEOUT, self.reviewer.review(token))
+                            .await
+                            .map_err(|_| "no answer from the API server".to_owned())
+                            .and_then(|answer| answer)
+                            .map_err(|e| {
+                                tracing::warn!(error = %e, "metrics: cannot review a scraper's token");
+                                Refusal::Unavailable(e)
+                            })?;
+                        self.remember(key, decision);
+                        decision
+                    }
+                }
+            }
+        };
+        match decision {
+            Decision::Allowed => Ok(()),
+            Decision::Forbidden => Err(Refusal::Forbidden),
+            Decision::Unauthenticated => Err(Refusal::Unauthenticated),
+        }
+    }
+
+    fn remembered(&self, key: &[u8; 32]) -> Option<Decision> {
+        let decisions = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
+        decisions
+            .get(key)
+            .filter(|(_, until)| Instant::now() < *until)
+            .map(|(decision, _)| *decision)
+    }
+
+    fn remember(&self, key: [u8; 32], decision: Decision) {
+        let now = Instant::now();
+        let until = now
+            + match decision {
+                Decision::Allowed => ALLOWED_FOR,
+                Decision::Forbidden | Decision::Unauthenticated => REFUSED_FOR,
+            };
+        let mut decisions = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
+        if decisions.len() >= MAX_CACHED && !decisions.contains_key(&key) {
+            decisions.retain(|_, (_, until)| now < *until);
+            if decisions.len() >= MAX_CACHED {
+                let first_to_expire = decisions
+                    .iter()
+                    .min_by_key(|(_, (_, until))| *until)
+                    .map(|(key, _)| *key);
+                if let Some(first) = first_to_expire {
+                    decisions.remove(&first);
+                }
+            }
+        }
+        decisions.insert(key, (decision, until));
+    }
+
+    /// Decisions kept now (expired ones included until they are pushed out).
+    pub fn cached(&self) -> usize {
+        self.decisions.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// The token of `Bearer <token>` (the scheme in any case, as RFC 7235 has it).
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Allows `good`, forbids `other`, refuses the rest; counts the reviews.
+    #[derive(Clone, Default)]
+    struct Counted(Arc<AtomicUsize>);
+
+    impl Reviewer for Counted {
+        fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Decision, String>> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                Ok(match token {
+                    "good" => Decision::Allowed,
+                    "other" => Decision::Forbidden,
+                    "down" => return Err("unreachable".into()),
+                    _ => Decision::Unauthenticated,
+                })
+            })
+        }
+    }
+
+    fn header(value: &str) -> HeaderValue {
+        HeaderValue::from_str(value).unwrap()
+    }
+
+    #[tokio::test]
+    async fn requests_are_decided_by_their_bearer_token_and_asked_once_per_token() {
+        let reviews = Counted::default();
+        let auth = Authorizer::new(reviews.clone());
+        assert_eq!(auth.check(None).await, Err(Refusal::Unauthenticated));
+        assert_eq!(
+            auth.check(Some(&header("Basic Zm9vOmJhcg=="))).await,
+            Err(Refusal::Unauthenticated)
+        );
+        assert_eq!(
+            auth.check(Some(&header("Bearer "))).await,
+            Err(Refusal::Unauthenticated)
+        );
+        assert_eq!(
+            reviews.0.load(Ordering::SeqCst),
+            0,
+            "nothing to review, nothing asked"
+        );
+
+        for _ in 0..3 {
+            assert_eq!(auth.check(Some(&header("Bearer good"))).await, Ok(()));
+            assert_eq!(
+                auth.check(Some(&header("bearer other"))).await,
+                Err(Refusal::Forbidden)
+            );
+            assert_eq!(
+                auth.check(Some(&header("Bearer forged"))).await,
+                Err(Refusal::Unauthenticated)
+            );
+        }
+        assert_eq!(reviews.0.load(Ordering::SeqCst), 3, "one review per token");
+
+        // An API server that cannot answer is not remembered as a refusal.
+        for _ in 0..2 {
+            assert!(matches!(
+                auth.check(Some(&header("Bearer down"))).await,
+                Err(Refusal::Unavailable(_))
+            ));
+        }
+        assert_eq!(reviews.0.load(Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test]
+    async fn the_cache_is_bounded_and_keeps_no_token() {
+        let reviews = Counted::default();
+        let auth = Authorizer::new(reviews.clone());
+        for i in 0..MAX_CACHED + 100 {
+            let token = format!("forged-token-{i}");
+            let _ = auth.check(Some(&header(&format!("Bearer {token}")))).await;
+        }
+        assert_eq!(auth.cached(), MAX_CACHED);
+        assert_eq!(auth.check(Some(&header("Bearer good"))).await, Ok(()));
+        assert_eq!(auth.cached(), MAX_CACHED);
+        assert!(
+            auth.decisions
+                .lock()
+                .unwrap()
+                .contains_key(&<[u8; 32]>::from(Sha256::digest(b"good")))
+        );
+    }
+}
