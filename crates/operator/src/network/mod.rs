@@ -34,9 +34,11 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Predicate, predicates, watcher};
 use sample_operator_api::Network;
 
@@ -105,11 +107,14 @@ impl ReconcileError for Error {
             Error::Backend(BackendError::Unavailable(_) | BackendError::Unreachable(_)) => {
                 Duration::from_secs(10)
             }
-            // The foreign object carries no label of ours, so its removal is not watched; nor
-            // are fixed credentials, a raised quota or the end of a conflict.
+            // A foreign definition in the way is watched (only Multus reports one), so the end
+            // of that conflict triggers a reconcile at once; retries only back that up, up to
+            // the runtime's cap of minutes, so that thousands of blocked Networks cost little.
+            Error::Backend(BackendError::NotOwned(_)) => Duration::MAX,
+            // Fixed credentials, a raised quota or the end of a concurrent change are not
+            // watched.
             Error::Backend(
-                BackendError::NotOwned(_)
-                | BackendError::AuthFailed(_)
+                BackendError::AuthFailed(_)
                 | BackendError::Misconfigured(_)
                 | BackendError::QuotaExceeded(_)
                 | BackendError::Conflict(_),
@@ -224,9 +229,23 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<
             tokio::spawn(multus::warn_if_missing(
                 shared.api::<NetworkAttachmentDefinition>(),
             ));
+            // Any other definition may be in a Network's way (it has the Network's name): its
+            // changes and deletion are watched (their metadata, not cached) and reach the
+            // Network of that name at once.
+            let foreign = shared.watch_triggers(
+                shared.api::<PartialObjectMeta<NetworkAttachmentDefinition>>(),
+                "foreign-network-attachment-definitions",
+                watcher::Config::default().labels(&multus::foreign_selector()),
+            );
             let backend = Multus::new(shared.client.clone(), definitions.store, definitions.synced);
             (
-                primary.controller.owns_stream(definitions.events),
+                primary
+                    .controller
+                    .owns_stream(definitions.events)
+                    .watches_stream(foreign, |nad| {
+                        let namespace = nad.namespace()?;
+                        Some(ObjectRef::<Network>::new(&nad.name_any()).within(&namespace))
+                    }),
                 Backend::Multus(backend),
             )
         }

@@ -792,6 +792,59 @@ async fn an_attachment_definition_the_network_does_not_own_is_never_taken_or_del
     ns.delete().await;
 }
 
+/// A Network blocked by a definition it does not own backs off (retries cost little however
+/// many are blocked), and takes the name as soon as that definition goes: the foreign
+/// definitions are watched, so no retry has to come round first.
+#[tokio::test]
+async fn a_conflict_backs_off_and_ends_as_soon_as_the_foreign_definition_goes() {
+    let Scene { client: _, ns, _crd } = Scene::new("net-conflict-ends").await;
+    let nads = ns.api::<NetworkAttachmentDefinition>();
+    let foreign: NetworkAttachmentDefinition = serde_json::from_value(json!({
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": { "name": "blocking" },
+        "spec": { "config": r#"{"cniVersion":"1.0.0","name":"blocking","type":"macvlan"}"# },
+    }))
+    .unwrap();
+    nads.create(&PostParams::default(), &foreign).await.unwrap();
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks = ns.api::<Network>();
+    networks
+        .create(
+            &PostParams::default(),
+            &network("blocking", "10.71.0.0/24", "10.71.0.1"),
+        )
+        .await
+        .unwrap();
+    wait_refused(&networks, "blocking", "ResourceExists", TIMEOUT).await;
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let before = operator.requests();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let blocked = operator.requests().since(&before);
+    assert!(
+        blocked.writes() <= 2,
+        "a Network blocked for 16 s retries every few seconds at most: {blocked:?}"
+    );
+
+    nads.delete("blocking", &DeleteParams::background())
+        .await
+        .unwrap();
+    let removed = std::time::Instant::now();
+    testing::wait_for(&nads, "blocking", "the Network's own", TIMEOUT, |nad| {
+        nad.owner_references().iter().any(|o| o.name == "blocking")
+    })
+    .await
+    .unwrap();
+    let taken = removed.elapsed();
+    assert!(
+        taken < Duration::from_secs(8),
+        "the Network made its definition {taken:?} after the foreign one was removed"
+    );
+    wait_synced(&networks, "blocking", TIMEOUT).await;
+    operator.stop().await;
+    ns.delete().await;
+}
+
 #[tokio::test]
 async fn without_the_crd_networks_report_backend_unavailable_and_recover_once_it_is_installed() {
     let client = client_with_crds().await;

@@ -308,14 +308,30 @@ async fn the_seed_network_lives_in_neutron_and_follows_its_gateway_until_deleted
     finish(&api, operator, ns).await;
 }
 
+/// Neutron's names are not unique, and a project may be shared by people and by several
+/// clusters: a network of the name ours would have, untagged or tagged for another cluster, is
+/// neither a reason to refuse nor touched; ours is made beside it and deleted alone.
 #[tokio::test]
-async fn a_foreign_network_of_the_same_name_is_never_touched() {
-    let Scene(client, bed, _hold, admin, ns, api) = Scene::new("neutron-foreign", Bed::Shared).await;
+async fn a_foreign_network_of_the_same_name_never_blocks_and_is_never_touched() {
+    let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-foreign", Bed::Shared).await;
     let name = format!("{}/blue", ns.name);
-    // Somebody's network in the operator's project, with the name ours would have, and no tags.
-    let foreign = openstack_as(&bed, PASSWORD_CLOUD, &["network", "create", &name, "-f", "json"]).await;
-    let foreign_id = foreign["id"].as_str().unwrap().to_owned();
+    // Somebody's network in the operator's project, with the name ours would have, and no
+    // tags; and another cluster's, tagged for its own Network of that name.
+    let person = openstack_as(&bed, PASSWORD_CLOUD, &["network", "create", &name, "-f", "json"]).await;
+    let other_cluster = openstack_as(&bed, PASSWORD_CLOUD, &["network", "create", &name, "-f", "json"]).await;
+    let foreign_ids = [
+        person["id"].as_str().unwrap().to_owned(),
+        other_cluster["id"].as_str().unwrap().to_owned(),
+    ];
+    let other_tags = [
+        format!("{}another-cluster", model::CLUSTER_TAG),
+        format!("{}0c0ffee0-0000-4000-8000-000000000000", model::NETWORK_TAG),
+    ];
+    for tag in &other_tags {
+        openstack(&bed, &["network", "set", "--tag", tag, &foreign_ids[1]]).await;
+    }
     let before = admin.list_networks(&[], Some(&name)).await.unwrap();
+    assert_eq!(before.len(), 2);
 
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
     api.create(
@@ -324,18 +340,22 @@ async fn a_foreign_network_of_the_same_name_is_never_touched() {
     )
     .await
     .unwrap();
-    let refused = wait_reason(&api, "blue", "ResourceExists").await;
-    let message = &refused.status.as_ref().unwrap().conditions[0].message;
-    // Another project's network is not the tenant's to read about: only the operator's log.
-    assert_tenant_message(message, "does not own", &[&foreign_id]);
-    let event = wait_for_event(&client, &ns.name, "blue", "ResourceExists").await;
-    assert_eq!(event.note.as_ref(), Some(message));
+    let synced = wait_reason(&api, "blue", "Synced").await;
+    let ours = synced.status.unwrap().backend.unwrap().id;
+    assert!(!foreign_ids.contains(&ours), "took {ours}, somebody else's");
+    let named = admin.list_networks(&[], Some(&name)).await.unwrap();
+    assert_eq!(named.len(), 3, "{named:?}");
+    for foreign in &before {
+        assert!(named.contains(foreign), "changed: {foreign:?}");
+    }
 
-    // Deleting the Network leaves the foreign network exactly as it was.
+    // Deleting the Network deletes its own network only.
     api.delete("blue", &DeleteParams::default()).await.unwrap();
     testing::wait_for_deletion(&api, "blue", TIMEOUT).await.unwrap();
     assert_eq!(admin.list_networks(&[], Some(&name)).await.unwrap(), before);
-    openstack(&bed, &["network", "delete", &foreign_id]).await;
+    for id in &foreign_ids {
+        openstack(&bed, &["network", "delete", id]).await;
+    }
     finish(&api, operator, ns).await;
 }
 

@@ -108,6 +108,11 @@ pub fn selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY}")
 }
 
+/// The label selector of every other definition: those that may be in a Network's way.
+pub fn foreign_selector() -> String {
+    format!("{MANAGED_BY_LABEL}!={MANAGED_BY}")
+}
+
 /// The CNI network's name of the Network with `uid` in `namespace`. host-local IPAM keeps one
 /// address pool per CNI network name (a folder of that name on each node), so the name must be
 /// one Network's alone: same-named Networks in two namespaces must not share a pool, nor may a

@@ -138,30 +138,25 @@ impl Neutron {
         Ok(Observed::pick(owner, &networks, &subnets))
     }
 
-    /// Before creating a network: one of that name that is not ours blocks it; one that is
-    /// ours, tagged or only marked (an attempt stopped before it tagged, or whose answer was
-    /// lost), is taken.
-    /// `by_tags_known` says the Network's tagged networks were just listed (and none found), so
-    /// only the named ones are new.
-    async fn check_name(
+    /// Before creating a network: one of that name that is ours but untagged (an attempt
+    /// stopped before it tagged, or whose answer was lost) carries our marker, and is taken.
+    /// Any other of that name is somebody else's (a person's, or another cluster's in the same
+    /// project): Neutron's names are not unique, so it neither blocks ours nor is touched, and
+    /// ours is created beside it. `by_tags_known` says the Network's tagged networks were just
+    /// listed (and none found), so only the named ones are new.
+    async fn claim_by_name(
         &self,
         owner: &Owner,
         desired: &Desired,
         by_tags_known: bool,
     ) -> Result<Observed, BackendError> {
-        let named = self.session.list_networks(&[], Some(&desired.name)).await?;
-        if let Some(foreign) = named
-            .iter()
-            .find(|n| !owner.claims(&n.tags, n.description.as_deref()))
-        {
-            return Err(BackendError::NotOwned(format!(
-                "Neutron network {:?} ({}) exists and is not this Network's (it lacks the tags {:?}): \
-                 the operator leaves it alone; rename or delete it in OpenStack, or rename the Network",
-                foreign.name,
-                foreign.id,
-                owner.tags()
-            )));
-        }
+        let named: Vec<NeutronNetwork> = self
+            .session
+            .list_networks(&[], Some(&desired.name))
+            .await?
+            .into_iter()
+            .filter(|n| owner.claims(&n.tags, n.description.as_deref()))
+            .collect();
         if by_tags_known {
             self.with_subnets(owner, named).await
         } else {
@@ -213,9 +208,9 @@ impl Neutron {
         let (mut observed, fresh) = self.observe(&owner, &uid).await?;
         let mut steps = model::plan(&desired, &observed);
         // Creates are decided on a fresh look: the listing shows only tagged objects, and an
-        // object of ours may be untagged, or a foreign one may carry the name.
+        // object of ours may be untagged.
         if steps.contains(&Step::CreateNetwork) {
-            observed = self.check_name(&owner, &desired, fresh).await?;
+            observed = self.claim_by_name(&owner, &desired, fresh).await?;
             steps = model::plan(&desired, &observed);
         } else if !fresh && steps.contains(&Step::CreateSubnet) {
             observed = self.ask(&owner, Vec::new()).await?;
