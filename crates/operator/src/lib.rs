@@ -138,10 +138,35 @@ pub async fn run_with(
     let mut manager = Manager::new(client, config.runtime.clone(), telemetry);
     for controller in &config.controllers {
         manager.start(controller.label(), |shared, stopping| {
-            controller.start(shared, &config, stopping)
+            injected_panic(controller.label(), controller.start(shared, &config, stopping))
         });
     }
     manager.run_until(shutdown).await;
+}
+
+/// Debug builds only, for the process test that a dead controller ends the process: the
+/// controller that `SAMPLE_OPERATOR_TEST_PANIC` names panics a second after it started. Release
+/// builds, which the Dockerfile and the benchmark make, have no such switch.
+#[cfg(debug_assertions)]
+fn injected_panic(name: &'static str, run: BoxFuture<'static, ()>) -> BoxFuture<'static, ()> {
+    use futures::FutureExt;
+    if std::env::var("SAMPLE_OPERATOR_TEST_PANIC").ok().as_deref() != Some(name) {
+        return run;
+    }
+    async move {
+        tokio::select! {
+            () = run => {}
+            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+                panic!("a panic injected into controller {name} (SAMPLE_OPERATOR_TEST_PANIC)")
+            }
+        }
+    }
+    .boxed()
+}
+
+#[cfg(not(debug_assertions))]
+fn injected_panic(_: &'static str, run: BoxFuture<'static, ()>) -> BoxFuture<'static, ()> {
+    run
 }
 
 #[cfg(test)]

@@ -40,6 +40,10 @@ pub(crate) fn free_port() -> u16 {
 
 impl OperatorProcess {
     pub(crate) fn spawn(name: &str, dir: &Path, args: &[&str]) -> Self {
+        Self::spawn_with_env(name, dir, args, &[])
+    }
+
+    pub(crate) fn spawn_with_env(name: &str, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let (port, probe_port) = (free_port(), free_port());
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
@@ -49,6 +53,7 @@ impl OperatorProcess {
             .arg(format!("--metrics-address=127.0.0.1:{port}"))
             .arg(format!("--probe-address=127.0.0.1:{probe_port}"))
             .env("POD_NAME", name)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -378,6 +383,43 @@ async fn probes_and_metrics_report_what_happens() {
 }
 
 /// Runs the binary to completion and returns its exit status and stderr.
+/// A controller that dies (a panic injected into this debug build) takes the process with it,
+/// the other controllers too: it exits 1 naming the controller, for Kubernetes to restart it.
+/// (`runtime::server`'s tests check that /healthz answers 500 meanwhile.)
+#[tokio::test]
+async fn a_dead_controller_ends_the_process_with_exit_code_1() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "dead-controller").await;
+    let dir = scratch_dir(&ns.name);
+    let kubeconfig = operator_kubeconfig(&client, &dir).await;
+    let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
+    let namespace_arg = format!("--namespace={}", ns.name);
+    let mut operator = OperatorProcess::spawn_with_env(
+        "dead-controller",
+        &dir,
+        &[
+            &kubeconfig_arg,
+            &namespace_arg,
+            "--controllers=foo,my-custom-resource",
+        ],
+        &[("SAMPLE_OPERATOR_TEST_PANIC", "my-custom-resource")],
+    );
+    let status = operator.wait_exit(Duration::from_secs(60));
+    let log = operator.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("a panic injected into controller my-custom-resource"),
+        "{log}"
+    );
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("my-custom-resource")
+            && last.contains("exiting so that Kubernetes restarts the operator"),
+        "the last line says which controller died and why the process ends: {last}"
+    );
+    ns.delete().await;
+}
+
 fn run_to_end(args: &[&str]) -> (ExitStatus, String) {
     let output = Command::new(BINARY)
         .arg("run")
