@@ -18,15 +18,15 @@ use sample_operator_api::Foo;
 use crate::foo::{new_foo, scale, wait_available};
 use crate::support::{client_with_crds, config, operator_config};
 
-const LEASE: &str = "renewal-test";
+pub(crate) const LEASE: &str = "renewal-test";
 
 /// The writes a client sent (method, path, when), Lease renewals included.
 #[derive(Clone, Default)]
-struct WriteLog(Arc<Mutex<Vec<(String, String, SystemTime)>>>);
+pub(crate) struct WriteLog(Arc<Mutex<Vec<(String, String, SystemTime)>>>);
 
 impl WriteLog {
     /// Writes to anything but Leases: what the controllers sent.
-    fn controller_writes(&self) -> Vec<(String, String, SystemTime)> {
+    pub(crate) fn controller_writes(&self) -> Vec<(String, String, SystemTime)> {
         let log = self.0.lock().unwrap();
         log.iter()
             .filter(|(_, path, _)| !path.contains("/leases"))
@@ -46,7 +46,7 @@ impl<S> tower::Layer<S> for WriteLog {
 }
 
 #[derive(Clone)]
-struct Logged<S> {
+pub(crate) struct Logged<S> {
     inner: S,
     log: WriteLog,
 }
@@ -81,7 +81,12 @@ fn replica_group(namespace: &str, replica: &str) -> String {
 }
 
 /// A client acting as the operator's ServiceAccount and as a member of its replica's group.
-async fn replica_client(admin: &Client, namespace: &str, replica: &str, log: Option<&WriteLog>) -> Client {
+pub(crate) async fn replica_client(
+    admin: &Client,
+    namespace: &str,
+    replica: &str,
+    log: Option<&WriteLog>,
+) -> Client {
     let mut config = operator_config(admin).await;
     config
         .auth_info
@@ -98,7 +103,7 @@ async fn replica_client(admin: &Client, namespace: &str, replica: &str, log: Opt
 }
 
 /// Lets each replica's group use Leases in `namespace`, with one RoleBinding per replica.
-async fn grant_leases(admin: &Client, namespace: &str, replicas: &[&str]) {
+pub(crate) async fn grant_leases(admin: &Client, namespace: &str, replicas: &[&str]) {
     let mut manifest = String::from(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: leases\nrules:\n  - apiGroups: [coordination.k8s.io]\n    resources: [leases]\n    verbs: [get, list, watch, create, patch, update]\n",
     );
@@ -123,7 +128,24 @@ fn start_replica(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<Result<Outcome, leader::Error>>,
 ) {
-    let mut config = config(Some(namespace), &[ControllerName::Foo]);
+    start_elected(
+        client,
+        config(Some(namespace), &[ControllerName::Foo]),
+        replica,
+        lease,
+    )
+}
+
+/// Starts a leader-elected run of `config` as `replica`.
+pub(crate) fn start_elected(
+    client: Client,
+    mut config: sample_operator::RunConfig,
+    replica: &str,
+    lease: LeaseConfig,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<Outcome, leader::Error>>,
+) {
     config.runtime.instance = replica.to_owned();
     let telemetry = Telemetry::new(RequestCounter::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -148,7 +170,7 @@ fn start_replica(
 }
 
 /// The Lease's holder, and when it was acquired and last renewed.
-async fn holder(leases: &Api<Lease>) -> Option<(String, SystemTime, SystemTime)> {
+pub(crate) async fn holder(leases: &Api<Lease>) -> Option<(String, SystemTime, SystemTime)> {
     let spec = leases.get_opt(LEASE).await.ok()??.spec?;
     Some((
         spec.holder_identity?,

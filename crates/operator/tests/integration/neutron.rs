@@ -933,3 +933,240 @@ fn assert_tenant_message(message: &str, says: &str, hidden: &[&str]) {
         assert!(!message.contains(detail), "shows {detail:?}: {message}");
     }
 }
+
+/// What one client sends to neutron-server, timed as it is sent: a TCP relay in front of
+/// neutron-server that notes each HTTP request line passing through, so that a request counts
+/// when it leaves the client, even while neutron-server is frozen and answers nothing.
+struct RequestRecorder {
+    port: u16,
+    seen: Arc<std::sync::Mutex<Vec<(std::time::SystemTime, String)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RequestRecorder {
+    async fn start(upstream: std::net::SocketAddr) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (mut from_client, mut to_client) = client.into_split();
+                    let (mut from_server, mut to_server) = server.into_split();
+                    let up = async {
+                        let (mut buffer, mut pending) = (vec![0u8; 16 * 1024], String::new());
+                        while let Ok(n @ 1..) = from_client.read(&mut buffer).await {
+                            pending.push_str(&String::from_utf8_lossy(&buffer[..n]));
+                            // Request lines end in CRLF; a line cut by the read waits for its end.
+                            while let Some(end) = pending.find("\r\n") {
+                                let line: String = pending.drain(..end + 2).collect();
+                                if line.ends_with(" HTTP/1.1\r\n") {
+                                    let now = std::time::SystemTime::now();
+                                    log.lock().unwrap().push((now, line.trim_end().to_owned()));
+                                }
+                            }
+                            if to_server.write_all(&buffer[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to_server.shutdown().await;
+                    };
+                    let down = async {
+                        let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+                        let _ = to_client.shutdown().await;
+                    };
+                    tokio::join!(up, down);
+                });
+            }
+        });
+        Self { port, seen, task }
+    }
+
+    /// The requests seen at or after `when`.
+    fn since(&self, when: std::time::SystemTime) -> Vec<String> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .filter(|(at, _)| *at >= when)
+            .map(|(_, line)| line.clone())
+            .collect()
+    }
+}
+
+impl Drop for RequestRecorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// neutron-server (gunicorn's master and worker, one process group) frozen until dropped, so
+/// that a failing test leaves the shared test bed running.
+struct Frozen(nix::unistd::Pid);
+
+impl Frozen {
+    fn neutron(bed: &local_cluster::openstack::OpenStack) -> Self {
+        let state = bed.state().expect("the test bed runs");
+        let server = state
+            .components
+            .iter()
+            .find(|c| c.name == "neutron-server")
+            .expect("neutron-server");
+        let group = nix::unistd::Pid::from_raw(server.pid);
+        nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        Self(group)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// A deposed leader stops writing to Neutron as it stops writing to the apiserver: with
+/// neutron-server frozen (SIGSTOP) while the leader creates a network, its Lease RBAC revoked,
+/// and the standby taking over, no request of the old holder reaches Neutron (timed as it
+/// leaves, through a relay that only the old holder uses) or the apiserver after its lease
+/// could have expired, whether its own in-flight request answers late or its resync comes due.
+#[tokio::test]
+async fn a_deposed_leader_sends_nothing_to_neutron_after_its_lease_could_have_expired() {
+    use crate::leader::{LEASE, WriteLog, grant_leases, holder, replica_client, start_elected};
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    use sample_operator::runtime::leader::{LeaseConfig, Outcome};
+
+    let Scene(admin_client, bed, _hold, neutron_admin, ns, api) =
+        Scene::new("neutron-deposed", Bed::Exclusive).await;
+    grant_leases(&admin_client, &ns.name, &["a", "b"]).await;
+    let lease = LeaseConfig {
+        name: LEASE.into(),
+        namespace: ns.name.clone(),
+        duration: Duration::from_secs(6),
+        grace: Duration::from_secs(2),
+    };
+    let neutron_url = bed.state().unwrap().neutron_url;
+    let upstream: std::net::SocketAddr = neutron_url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap_or_else(|e| panic!("neutron-server's address in {neutron_url}: {e}"));
+    let recorder = RequestRecorder::start(upstream).await;
+    // Replica a's cloud reaches Neutron through the recorder; b's directly.
+    let clouds: Value = serde_yaml::from_str(&std::fs::read_to_string(bed.clouds_yaml()).unwrap()).unwrap();
+    let mut relayed = clouds.clone();
+    relayed["clouds"][CLOUD]["network_endpoint_override"] =
+        format!("http://127.0.0.1:{}/v2.0/", recorder.port).into();
+    let relayed_file = std::env::temp_dir().join(format!("{}-clouds.yaml", ns.name));
+    std::fs::write(&relayed_file, serde_yaml::to_string(&relayed).unwrap()).unwrap();
+    let replica_config = |clouds: PathBuf| {
+        let mut run = config(Some(&ns.name), &[ControllerName::Network]);
+        run.network.backend = BackendConfig::Neutron(NeutronConfig {
+            source: source(clouds, CLOUD),
+            cluster_id: ns.name.clone(),
+            resync: RESYNC,
+        });
+        run
+    };
+
+    let a_writes = WriteLog::default();
+    let a_client = replica_client(&admin_client, &ns.name, "a", Some(&a_writes)).await;
+    let (_stop_a, a) = start_elected(a_client, replica_config(relayed_file.clone()), "a", lease.clone());
+    api.create(
+        &PostParams::default(),
+        &network("warm", "10.66.1.0/24", "10.66.1.1"),
+    )
+    .await
+    .unwrap();
+    wait_reason(&api, "warm", "Synced").await;
+    assert!(
+        !recorder.since(std::time::UNIX_EPOCH).is_empty(),
+        "replica a reached Neutron through the recorder"
+    );
+    let leases: Api<Lease> = Api::namespaced(admin_client.clone(), &ns.name);
+    let (a_identity, _, _) = holder(&leases).await.expect("a holds the lease");
+    let b_client = replica_client(&admin_client, &ns.name, "b", None).await;
+    let (stop_b, b) = start_elected(b_client, replica_config(bed.clouds_yaml()), "b", lease.clone());
+
+    // Frozen, then a Network that a starts to create: its request hangs.
+    let frozen = Frozen::neutron(&bed);
+    let froze_at = std::time::SystemTime::now();
+    api.create(
+        &PostParams::default(),
+        &network("frozen", "10.66.2.0/24", "10.66.2.1"),
+    )
+    .await
+    .unwrap();
+    eventually_long("a's request to the frozen Neutron", || async {
+        (!recorder.since(froze_at).is_empty()).then_some(())
+    })
+    .await;
+
+    // Replica a may no longer renew; b takes over once the lease expires.
+    let bindings: Api<RoleBinding> = Api::namespaced(admin_client.clone(), &ns.name);
+    bindings
+        .delete("leases-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut a_last_renewal = std::time::SystemTime::UNIX_EPOCH;
+    let started = Instant::now();
+    loop {
+        match holder(&leases).await {
+            Some((identity, _, _)) if identity.starts_with("b_") => break,
+            Some((identity, _, renewed)) if identity == a_identity => a_last_renewal = renewed,
+            _ => {}
+        }
+        assert!(started.elapsed() < TIMEOUT, "b did not take over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let a_expired = a_last_renewal + lease.duration;
+
+    // Neutron answers again: whatever a still had in flight would now get its answer.
+    drop(frozen);
+    wait_reason(&api, "frozen", "Synced").await;
+    // A resync of a's would have come due by now, twice.
+    tokio::time::sleep(RESYNC * 2 + Duration::from_secs(1)).await;
+    let late = recorder.since(a_expired);
+    assert!(
+        late.is_empty(),
+        "the old holder reached Neutron after its lease could have expired: {late:?}"
+    );
+    let late: Vec<_> = a_writes
+        .controller_writes()
+        .into_iter()
+        .filter(|(_, _, at)| *at >= a_expired)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "the old holder wrote to the apiserver after its lease could have expired: {late:?}"
+    );
+    let outcome = tokio::time::timeout(Duration::from_secs(30), a)
+        .await
+        .expect("a stops")
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome, Outcome::RenewalsFailed);
+
+    let _ = stop_b.send(());
+    let outcome = tokio::time::timeout(Duration::from_secs(30), b)
+        .await
+        .expect("b stops")
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome, Outcome::Stopped);
+    let _ = std::fs::remove_file(&relayed_file);
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    let frozen_name = format!("{}/frozen", ns.name);
+    finish(&api, operator, ns).await;
+    // a's create, sent before its deadline, was answered after the freeze: b found it by its
+    // marker and took it, so nothing of the Network is left.
+    let left = neutron_admin
+        .list_networks(&[], Some(&frozen_name))
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
