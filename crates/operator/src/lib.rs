@@ -196,6 +196,46 @@ mod tests {
         );
     }
 
+    /// Every test the README's security table names is a test of this repository.
+    #[test]
+    fn the_readmes_security_table_names_tests_that_exist() {
+        let readme = include_str!("../../../README.md");
+        let table = readme
+            .split_once("<!-- security-table")
+            .expect("the README's security table")
+            .1;
+        let rows: Vec<&str> = table
+            .lines()
+            .skip(3)
+            .take_while(|line| line.starts_with('|'))
+            .collect();
+        assert!(rows.len() >= 10, "{rows:?}");
+        let mut sources = String::new();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut folders = vec![root.join("src"), root.join("tests")];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    folders.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    sources.push_str(&std::fs::read_to_string(&path).unwrap());
+                }
+            }
+        }
+        for row in rows {
+            let tests = row.rsplit('|').nth(1).expect("a test column");
+            let names: Vec<&str> = tests.split('`').skip(1).step_by(2).collect();
+            assert!(!names.is_empty(), "no test named in {row}");
+            for name in names {
+                assert!(
+                    sources.contains(&format!("fn {name}(")) || sources.contains(&format!("fn {name}<")),
+                    "the README names a test that does not exist: {name}"
+                );
+            }
+        }
+    }
+
     /// The table of metrics in docs/operating.md, as (name, type) pairs.
     fn documented_metrics() -> Vec<(String, String)> {
         let page = include_str!("../../../docs/operating.md");
