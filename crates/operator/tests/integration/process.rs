@@ -420,6 +420,118 @@ async fn a_dead_controller_ends_the_process_with_exit_code_1() {
     ns.delete().await;
 }
 
+/// What the operator keeps about an object goes with it: 10,000 Foos, each blocked by a
+/// Deployment it does not own (so each gets a status, an event and a retry with backoff), created
+/// and deleted, leave no retry pending and the resident memory where the first 1,000 left it.
+/// `SAMPLE_OPERATOR_CHURN_CYCLES` sets another number of cycles.
+#[tokio::test]
+async fn ten_thousand_blocked_foos_created_and_deleted_leave_nothing_behind() {
+    use futures::StreamExt;
+    use kube::api::DeleteParams;
+
+    let cycles: usize = std::env::var("SAMPLE_OPERATOR_CHURN_CYCLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000);
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "churn").await;
+    let dir = scratch_dir(&ns.name);
+    let deployments = ns.api::<k8s_openapi::api::apps::v1::Deployment>();
+    deployments
+        .create(&PostParams::default(), &crate::foo::plain_deployment("blocking"))
+        .await
+        .unwrap();
+    let kubeconfig = operator_kubeconfig(&client, &dir).await;
+    let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
+    let namespace_arg = format!("--namespace={}", ns.name);
+    let operator = OperatorProcess::spawn(
+        "churn",
+        &dir,
+        &[
+            &kubeconfig_arg,
+            &namespace_arg,
+            "--controllers=foo",
+            "--log-level=warn",
+        ],
+    );
+    eventually("ready", Duration::from_secs(30), || {
+        operator.get("/readyz").is_some_and(|r| r.0 == 200)
+    })
+    .await;
+    let foos = ns.api::<Foo>();
+    let cycle = |i: usize| {
+        let foos = foos.clone();
+        async move {
+            let name = format!("churn-{i}");
+            let foo = Foo::new(
+                &name,
+                FooSpec {
+                    deployment_name: "blocking".into(),
+                    replicas: Some(1),
+                },
+            );
+            foos.create(&PostParams::default(), &foo).await.unwrap();
+            // Long enough for most to be reconciled, blocked and scheduled for a retry.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            foos.delete(&name, &DeleteParams::default()).await.unwrap();
+        }
+    };
+    let resident = |operator: &OperatorProcess| {
+        operator
+            .metric("process_resident_memory_bytes", &[])
+            .expect("/metrics answers")
+    };
+    let warm_up = cycles / 10;
+    futures::stream::iter(0..warm_up)
+        .map(cycle)
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    let early = resident(&operator);
+    let retries = |operator: &OperatorProcess| {
+        operator
+            .metric("sample_operator_objects_awaiting_retry", &[("controller", "foo")])
+            .unwrap_or(f64::NAN)
+    };
+    // While the Foos come and go, some wait out a backoff: the gauge below means something.
+    let mut most_waiting: f64 = 0.0;
+    let mut churn = std::pin::pin!(
+        futures::stream::iter(warm_up..cycles)
+            .map(cycle)
+            .buffer_unordered(32)
+            .collect::<Vec<()>>()
+    );
+    loop {
+        tokio::select! {
+            _ = &mut churn => break,
+            () = tokio::time::sleep(Duration::from_millis(500)) => {
+                most_waiting = most_waiting.max(retries(&operator));
+            }
+        }
+    }
+    assert!(most_waiting > 0.0, "no blocked Foo ever waited for a retry");
+    eventually(
+        "no retry pending once every Foo is gone",
+        Duration::from_secs(60),
+        || retries(&operator) == 0.0,
+    )
+    .await;
+    let late = resident(&operator);
+    let grown = (late - early) / (1024.0 * 1024.0);
+    eprintln!(
+        "churn: {cycles} cycles; resident {:.1} MiB after {warm_up}, {:.1} MiB after all",
+        early / (1024.0 * 1024.0),
+        late / (1024.0 * 1024.0)
+    );
+    assert!(
+        grown < 8.0,
+        "the operator grew by {grown:.1} MiB over {} cycles after the first {warm_up}",
+        cycles - warm_up
+    );
+    drop(operator);
+    ns.delete().await;
+}
+
 fn run_to_end(args: &[&str]) -> (ExitStatus, String) {
     let output = Command::new(BINARY)
         .arg("run")
