@@ -51,12 +51,18 @@ pub enum Backend {
     Neutron(Neutron),
 }
 
+/// A Network's namespace may belong to a tenant who must not read the infrastructure: its
+/// status and events show what happened and what to do, with a reference to the operator's log
+/// line that has the details. Neutron's failures all name something of the cloud (Keystone's
+/// URL, the cloud, whole error chains); Multus's name objects of the Network's own namespace,
+/// but a failed request to the Kubernetes API carries the client's error chain.
 impl NetworkBackend for Backend {
     async fn ensure(&self, network: &Network, addressing: &Addressing) -> Result<Ensured, BackendError> {
         match self {
             Backend::Multus(multus) => multus.ensure(network, addressing).await,
             Backend::Neutron(neutron) => neutron.ensure(network, addressing).await,
         }
+        .map_err(|error| self.for_tenants(error, network))
     }
 
     async fn remove(&self, network: &Network) -> Result<bool, BackendError> {
@@ -64,7 +70,34 @@ impl NetworkBackend for Backend {
             Backend::Multus(multus) => multus.remove(network).await,
             Backend::Neutron(neutron) => neutron.remove(network).await,
         }
+        .map_err(|error| self.for_tenants(error, network))
     }
+}
+
+impl Backend {
+    /// `error` as the Network's namespace may read it; a redacted one is logged whole under its
+    /// reference first.
+    fn for_tenants(&self, error: BackendError, network: &Network) -> BackendError {
+        let backend = match self {
+            Backend::Multus(_) if !matches!(error, BackendError::Request { .. }) => return error,
+            Backend::Multus(_) => "Multus",
+            Backend::Neutron(_) => "Neutron",
+        };
+        redact_and_log(backend, error, network)
+    }
+}
+
+/// Logs `error` whole under its reference, and returns what the Network's namespace may read.
+fn redact_and_log(backend: &str, error: BackendError, network: &Network) -> BackendError {
+    use kube::ResourceExt;
+    let reference = error.reference(network.uid().as_deref().unwrap_or_default());
+    tracing::warn!(
+        reference,
+        reason = error.reason(),
+        detail = %error,
+        "{backend} backend failure; the Network's status shows its reference"
+    );
+    error.redacted(&reference)
 }
 
 /// What can go wrong in a backend. The reasons are the `Ready` condition's reasons and the
@@ -170,8 +203,11 @@ impl BackendError {
             BackendError::Failed(_) => {
                 BackendError::Failed(text("the network backend failed; the operator retries"))
             }
-            // Neither names anything outside the Network.
-            BackendError::MissingObjectKey(_) | BackendError::Request { .. } => self.clone(),
+            BackendError::Request { .. } => BackendError::Failed(text(
+                "the operator's request to the Kubernetes API failed; the operator retries",
+            )),
+            // Names nothing outside the Network.
+            BackendError::MissingObjectKey(_) => self.clone(),
         }
     }
 
@@ -230,6 +266,66 @@ mod tests {
                 assert!(!text.contains(detail), "{text}");
             }
         }
+    }
+
+    /// A log sink for one test's subscriber.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_tenant_reads_a_reference_and_the_log_has_the_details_under_it() {
+        let mut network = Network::new(
+            "blue",
+            sample_operator_api::NetworkSpec {
+                cidr: "10.1.0.0/24".into(),
+                gateway: "10.1.0.1".into(),
+            },
+        );
+        network.metadata.uid = Some("uid-1".into());
+        let detail = "listing networks: error sending request for url (http://127.0.0.1:9696/v2.0/networks)";
+        let log = Captured::default();
+        let sink = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .finish();
+        let shown = tracing::subscriber::with_default(subscriber, || {
+            redact_and_log("Neutron", BackendError::Unreachable(detail.into()), &network)
+        });
+        let shown = shown.to_string();
+        let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        let reference = BackendError::Unreachable(String::new()).reference("uid-1");
+        assert!(shown.contains(&reference) && !shown.contains("9696"), "{shown}");
+        let line = log.lines().find(|l| l.contains(&reference)).expect(&log);
+        assert!(
+            line.contains(detail) && line.contains("BackendUnavailable"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_failed_kubernetes_request_is_redacted_and_keeps_its_reason() {
+        let failed = BackendError::request(
+            "applying NetworkAttachmentDefinition",
+            kube::Error::Api(
+                kube::core::Status::failure("connection refused to https://10.96.0.1:443", "InternalError")
+                    .with_code(500)
+                    .boxed(),
+            ),
+        );
+        let redacted = failed.redacted("0badcafe");
+        assert_eq!(redacted.reason(), failed.reason());
+        assert!(!redacted.to_string().contains("10.96.0.1"), "{redacted}");
     }
 
     #[test]

@@ -165,41 +165,8 @@ impl Neutron {
     }
 }
 
-/// Neutron's failures name Keystone's URL, the cloud, other projects' networks and whole error
-/// chains, which are not the tenant's to read: the Network's status and events show what
-/// happened and what to do, with a reference to the operator's log line that has the details.
 impl NetworkBackend for Neutron {
     async fn ensure(&self, network: &Network, addressing: &Addressing) -> Result<Ensured, BackendError> {
-        self.ensure_in_neutron(network, addressing)
-            .await
-            .map_err(|error| for_tenants(error, network))
-    }
-
-    async fn remove(&self, network: &Network) -> Result<bool, BackendError> {
-        self.remove_from_neutron(network)
-            .await
-            .map_err(|error| for_tenants(error, network))
-    }
-}
-
-/// Logs `error` whole under its reference, and returns what the Network's namespace may read.
-fn for_tenants(error: BackendError, network: &Network) -> BackendError {
-    let reference = error.reference(network.uid().as_deref().unwrap_or_default());
-    tracing::warn!(
-        reference,
-        reason = error.reason(),
-        detail = %error,
-        "Neutron failure; the Network's status shows its reference"
-    );
-    error.redacted(&reference)
-}
-
-impl Neutron {
-    async fn ensure_in_neutron(
-        &self,
-        network: &Network,
-        addressing: &Addressing,
-    ) -> Result<Ensured, BackendError> {
         let namespace = network
             .namespace()
             .ok_or(BackendError::MissingObjectKey("namespace"))?;
@@ -233,7 +200,7 @@ impl Neutron {
         })
     }
 
-    async fn remove_from_neutron(&self, network: &Network) -> Result<bool, BackendError> {
+    async fn remove(&self, network: &Network) -> Result<bool, BackendError> {
         let (owner, uid) = self.owner(network)?;
         let observed = self.ask(&owner, Vec::new()).await?;
         let mut removed = false;
@@ -248,7 +215,9 @@ impl Neutron {
         self.observations.forget(&uid);
         Ok(removed)
     }
+}
 
+impl Neutron {
     /// Sends the planned writes in order; returns the network's and the subnet's ids.
     async fn carry_out(
         &self,
@@ -310,56 +279,5 @@ impl Neutron {
             .tag_subnet(&created.id, &desired.tags_for(&created.tags))
             .await?;
         Ok(created.id)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::{Arc, Mutex};
-
-    /// A log sink for one test's subscriber.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn the_tenant_reads_a_reference_and_the_log_has_the_details_under_it() {
-        let mut network = sample_operator_api::Network::new(
-            "blue",
-            sample_operator_api::NetworkSpec {
-                cidr: "10.1.0.0/24".into(),
-                gateway: "10.1.0.1".into(),
-            },
-        );
-        network.metadata.uid = Some("uid-1".into());
-        let detail = "listing networks: error sending request for url (http://127.0.0.1:9696/v2.0/networks)";
-        let log = Captured::default();
-        let sink = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || sink.clone())
-            .with_ansi(false)
-            .finish();
-        let shown = tracing::subscriber::with_default(subscriber, || {
-            for_tenants(BackendError::Unreachable(detail.into()), &network)
-        });
-        let shown = shown.to_string();
-        let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
-        let reference = BackendError::Unreachable(String::new()).reference("uid-1");
-        assert!(shown.contains(&reference) && !shown.contains("9696"), "{shown}");
-        let line = log.lines().find(|l| l.contains(&reference)).expect(&log);
-        assert!(
-            line.contains(detail) && line.contains("BackendUnavailable"),
-            "{line}"
-        );
     }
 }
