@@ -518,12 +518,7 @@ fn assert_foo_deployments(name: &str, objects: &[serde_json::Value], restricted:
                 .as_str()
                 .is_some_and(|n| n.ends_with("-workloads"))
     }) {
-        let image = policy["spec"]["variables"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"] == "image")
-            .unwrap();
+        let image = crate::deploy::policy_variable(policy, "image");
         assert_eq!(image["expression"], format!("'{}'", settings.image), "{name}");
     }
 }

@@ -127,16 +127,21 @@ fn the_plain_manifests_and_the_chart_confine_the_operator_by_the_same_rules() {
     .unwrap();
     assert_eq!(policy["spec"]["validations"], charts);
     // The image it allows is the one the Foo controller runs.
-    let image = policy["spec"]["variables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "image")
-        .unwrap();
+    let image = policy_variable(&policy, "image");
     assert_eq!(
         image["expression"],
         format!("'{}'", sample_operator::foo::settings::DEFAULT_IMAGE)
     );
+}
+
+/// The variable `name` of a ValidatingAdmissionPolicy.
+pub(crate) fn policy_variable<'a>(policy: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    policy["spec"]["variables"]
+        .as_array()
+        .expect("the policy's variables")
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no variable {name} in the policy"))
 }
 
 /// The workload policy of deploy/operator, bound to two namespaces of this test's own (the tests

@@ -169,6 +169,39 @@ pub(crate) fn start_elected(
     (stop, task)
 }
 
+/// Revokes replica a's Lease RBAC and waits until replica b holds the Lease. Returns a's last
+/// renewal seen and when b acquired the Lease.
+pub(crate) async fn depose_a(admin: &Client, namespace: &str, a_identity: &str) -> (SystemTime, SystemTime) {
+    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), namespace);
+    bindings
+        .delete("leases-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), namespace);
+    let mut a_last_renewal = SystemTime::UNIX_EPOCH;
+    let started = std::time::Instant::now();
+    loop {
+        match holder(&leases).await {
+            Some((identity, acquired, _)) if identity.starts_with("b_") => {
+                return (a_last_renewal, acquired);
+            }
+            Some((identity, _, renewed)) if identity == a_identity => a_last_renewal = renewed,
+            _ => {}
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "b did not take over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How a replica's run ended, within 30 seconds.
+pub(crate) async fn outcome_of(run: tokio::task::JoinHandle<Result<Outcome, leader::Error>>) -> Outcome {
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the replica stops")
+        .unwrap()
+        .unwrap()
+}
+
 /// The Lease's holder, and when it was acquired and last renewed.
 pub(crate) async fn holder(leases: &Api<Lease>) -> Option<(String, SystemTime, SystemTime)> {
     let spec = leases.get_opt(LEASE).await.ok()??.spec?;
@@ -230,23 +263,7 @@ async fn a_holder_that_cannot_renew_stops_writing_before_the_standby_takes_over(
         "a did not even write as the leader"
     );
 
-    // Replica a may no longer renew.
-    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &ns.name);
-    bindings
-        .delete("leases-a", &DeleteParams::default())
-        .await
-        .unwrap();
-    let mut a_last_renewal = SystemTime::UNIX_EPOCH;
-    let started = std::time::Instant::now();
-    let b_acquired = loop {
-        match holder(&leases).await {
-            Some((identity, acquired, _)) if identity.starts_with("b_") => break acquired,
-            Some((identity, _, renewed)) if identity == a_identity => a_last_renewal = renewed,
-            _ => {}
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "b did not take over");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (a_last_renewal, b_acquired) = depose_a(&admin, &ns.name, &a_identity).await;
     // Give a late writer time to show itself while the work goes on.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let a_expired = a_last_renewal + lease.duration;
@@ -260,12 +277,7 @@ async fn a_holder_that_cannot_renew_stops_writing_before_the_standby_takes_over(
         "the old holder wrote after its lease expired or the standby took over: {late:?}"
     );
 
-    let outcome = tokio::time::timeout(Duration::from_secs(30), a)
-        .await
-        .expect("a stops")
-        .unwrap()
-        .unwrap();
-    assert_eq!(outcome, Outcome::RenewalsFailed);
+    assert_eq!(outcome_of(a).await, Outcome::RenewalsFailed);
 
     // The standby now does the work.
     churn.abort();
@@ -274,11 +286,6 @@ async fn a_holder_that_cannot_renew_stops_writing_before_the_standby_takes_over(
     let want = last.spec.replicas.unwrap_or(1);
     wait_available(&foos, last.name_any().as_str(), want).await;
     let _ = stop_b.send(());
-    let outcome = tokio::time::timeout(Duration::from_secs(30), b)
-        .await
-        .expect("b stops")
-        .unwrap()
-        .unwrap();
-    assert_eq!(outcome, Outcome::Stopped);
+    assert_eq!(outcome_of(b).await, Outcome::Stopped);
     ns.delete().await;
 }

@@ -1035,9 +1035,10 @@ impl Drop for Frozen {
 /// could have expired, whether its own in-flight request answers late or its resync comes due.
 #[tokio::test]
 async fn a_deposed_leader_sends_nothing_to_neutron_after_its_lease_could_have_expired() {
-    use crate::leader::{LEASE, WriteLog, grant_leases, holder, replica_client, start_elected};
+    use crate::leader::{
+        LEASE, WriteLog, depose_a, grant_leases, holder, outcome_of, replica_client, start_elected,
+    };
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::rbac::v1::RoleBinding;
     use sample_operator::runtime::leader::{LeaseConfig, Outcome};
 
     let Scene(admin_client, bed, _hold, neutron_admin, ns, api) =
@@ -1107,22 +1108,7 @@ async fn a_deposed_leader_sends_nothing_to_neutron_after_its_lease_could_have_ex
     .await;
 
     // Replica a may no longer renew; b takes over once the lease expires.
-    let bindings: Api<RoleBinding> = Api::namespaced(admin_client.clone(), &ns.name);
-    bindings
-        .delete("leases-a", &DeleteParams::default())
-        .await
-        .unwrap();
-    let mut a_last_renewal = std::time::SystemTime::UNIX_EPOCH;
-    let started = Instant::now();
-    loop {
-        match holder(&leases).await {
-            Some((identity, _, _)) if identity.starts_with("b_") => break,
-            Some((identity, _, renewed)) if identity == a_identity => a_last_renewal = renewed,
-            _ => {}
-        }
-        assert!(started.elapsed() < TIMEOUT, "b did not take over");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (a_last_renewal, _) = depose_a(&admin_client, &ns.name, &a_identity).await;
     let a_expired = a_last_renewal + lease.duration;
 
     // Neutron answers again: whatever a still had in flight would now get its answer.
@@ -1144,20 +1130,9 @@ async fn a_deposed_leader_sends_nothing_to_neutron_after_its_lease_could_have_ex
         late.is_empty(),
         "the old holder wrote to the apiserver after its lease could have expired: {late:?}"
     );
-    let outcome = tokio::time::timeout(Duration::from_secs(30), a)
-        .await
-        .expect("a stops")
-        .unwrap()
-        .unwrap();
-    assert_eq!(outcome, Outcome::RenewalsFailed);
-
+    assert_eq!(outcome_of(a).await, Outcome::RenewalsFailed);
     let _ = stop_b.send(());
-    let outcome = tokio::time::timeout(Duration::from_secs(30), b)
-        .await
-        .expect("b stops")
-        .unwrap()
-        .unwrap();
-    assert_eq!(outcome, Outcome::Stopped);
+    assert_eq!(outcome_of(b).await, Outcome::Stopped);
     let _ = std::fs::remove_file(&relayed_file);
     let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
     let frozen_name = format!("{}/frozen", ns.name);

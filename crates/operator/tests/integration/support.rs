@@ -289,3 +289,34 @@ pub fn metric_sum(exposition: &str, family: &str, labels: &[(&str, &str)]) -> f6
         })
         .sum()
 }
+
+/// A conflict's cost and its end, as both kinds of blocked object see it: once blocked for 16 s
+/// the object retries every few seconds at most (at most two writes in the next 4 s); then
+/// `remove_blocker` takes the blocking object away, and `taken_over` must be done within 8 s,
+/// long before a backoff of that age would retry.
+pub async fn assert_conflict_backs_off_and_ends_at_once<R, T>(
+    operator: &Operator,
+    what: &str,
+    remove_blocker: R,
+    taken_over: T,
+) where
+    R: Future<Output = ()>,
+    T: Future<Output = ()>,
+{
+    tokio::time::sleep(std::time::Duration::from_secs(16)).await;
+    let before = operator.requests();
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let blocked = operator.requests().since(&before);
+    assert!(
+        blocked.writes() <= 2,
+        "a {what} blocked for 16 s retries every few seconds at most: {blocked:?}"
+    );
+    remove_blocker.await;
+    let removed = std::time::Instant::now();
+    taken_over.await;
+    let taken = removed.elapsed();
+    assert!(
+        taken < std::time::Duration::from_secs(8),
+        "the {what} took the name {taken:?} after the blocking object was removed"
+    );
+}
