@@ -945,6 +945,12 @@ struct RequestRecorder {
 
 impl RequestRecorder {
     async fn start(upstream: std::net::SocketAddr) -> Self {
+        Self::refusing(upstream, |_| false).await
+    }
+
+    /// A recorder that cuts the connection instead of passing on a request whose request line
+    /// `refuse` picks, as a network failure would: the client sees no answer.
+    async fn refusing(upstream: std::net::SocketAddr, refuse: fn(&str) -> bool) -> Self {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -961,14 +967,18 @@ impl RequestRecorder {
                     let (mut from_server, mut to_server) = server.into_split();
                     let up = async {
                         let (mut buffer, mut pending) = (vec![0u8; 16 * 1024], String::new());
-                        while let Ok(n @ 1..) = from_client.read(&mut buffer).await {
+                        'relay: while let Ok(n @ 1..) = from_client.read(&mut buffer).await {
                             pending.push_str(&String::from_utf8_lossy(&buffer[..n]));
                             // Request lines end in CRLF; a line cut by the read waits for its end.
                             while let Some(end) = pending.find("\r\n") {
                                 let line: String = pending.drain(..end + 2).collect();
                                 if line.ends_with(" HTTP/1.1\r\n") {
+                                    let line = line.trim_end().to_owned();
+                                    if refuse(&line) {
+                                        break 'relay;
+                                    }
                                     let now = std::time::SystemTime::now();
-                                    log.lock().unwrap().push((now, line.trim_end().to_owned()));
+                                    log.lock().unwrap().push((now, line));
                                 }
                             }
                             if to_server.write_all(&buffer[..n]).await.is_err() {
@@ -1002,6 +1012,31 @@ impl Drop for RequestRecorder {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// neutron-server's address on loopback.
+fn neutron_address(bed: &local_cluster::openstack::OpenStack) -> std::net::SocketAddr {
+    let url = bed.state().expect("the test bed runs").neutron_url;
+    url.trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap_or_else(|e| panic!("neutron-server's address in {url}: {e}"))
+}
+
+/// A clouds.yaml whose operator's cloud reaches Neutron through `recorder`, written for the
+/// test `name`.
+fn relayed_clouds(
+    bed: &local_cluster::openstack::OpenStack,
+    recorder: &RequestRecorder,
+    name: &str,
+) -> PathBuf {
+    let mut clouds: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(bed.clouds_yaml()).unwrap()).unwrap();
+    clouds["clouds"][CLOUD]["network_endpoint_override"] =
+        format!("http://127.0.0.1:{}/v2.0/", recorder.port).into();
+    let path = std::env::temp_dir().join(format!("{name}-clouds.yaml"));
+    std::fs::write(&path, serde_yaml::to_string(&clouds).unwrap()).unwrap();
+    path
 }
 
 /// neutron-server (gunicorn's master and worker, one process group) frozen until dropped, so
@@ -1050,20 +1085,9 @@ async fn a_deposed_leader_sends_nothing_to_neutron_after_its_lease_could_have_ex
         duration: Duration::from_secs(6),
         grace: Duration::from_secs(2),
     };
-    let neutron_url = bed.state().unwrap().neutron_url;
-    let upstream: std::net::SocketAddr = neutron_url
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .parse()
-        .unwrap_or_else(|e| panic!("neutron-server's address in {neutron_url}: {e}"));
-    let recorder = RequestRecorder::start(upstream).await;
+    let recorder = RequestRecorder::start(neutron_address(&bed)).await;
     // Replica a's cloud reaches Neutron through the recorder; b's directly.
-    let clouds: Value = serde_yaml::from_str(&std::fs::read_to_string(bed.clouds_yaml()).unwrap()).unwrap();
-    let mut relayed = clouds.clone();
-    relayed["clouds"][CLOUD]["network_endpoint_override"] =
-        format!("http://127.0.0.1:{}/v2.0/", recorder.port).into();
-    let relayed_file = std::env::temp_dir().join(format!("{}-clouds.yaml", ns.name));
-    std::fs::write(&relayed_file, serde_yaml::to_string(&relayed).unwrap()).unwrap();
+    let relayed_file = relayed_clouds(&bed, &recorder, &ns.name);
     let replica_config = |clouds: PathBuf| {
         let mut run = config(Some(&ns.name), &[ControllerName::Network]);
         run.network.backend = BackendConfig::Neutron(NeutronConfig {
@@ -1144,4 +1168,44 @@ async fn a_deposed_leader_sends_nothing_to_neutron_after_its_lease_could_have_ex
         .await
         .unwrap();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// A network whose tag request failed after its create carries only the operator's marker: it
+/// is still the Network's, and deleting the Network deletes it. The tag requests are cut on the
+/// way, as a network failure would, so the network stays half made.
+#[tokio::test]
+async fn a_half_made_network_is_found_and_removed_with_its_network() {
+    let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-half", Bed::Shared).await;
+    let recorder = RequestRecorder::refusing(neutron_address(&bed), |line| {
+        line.starts_with("PUT ") && line.contains("/tags")
+    })
+    .await;
+    let clouds = relayed_clouds(&bed, &recorder, &ns.name);
+    let operator = NeutronOperator::start(&ns.name, source(clouds.clone(), CLOUD)).await;
+    api.create(
+        &PostParams::default(),
+        &network("half", "10.67.1.0/24", "10.67.1.1"),
+    )
+    .await
+    .unwrap();
+    let name = format!("{}/half", ns.name);
+    let half = eventually("the network created, its tags refused", || async {
+        let named = admin.list_networks(&[], Some(&name)).await.ok()?;
+        named.into_iter().next()
+    })
+    .await;
+    assert!(half.tags.is_empty(), "{half:?}");
+    assert!(
+        half.description
+            .as_deref()
+            .is_some_and(|d| d.starts_with("Managed by sample-operator")),
+        "{half:?}"
+    );
+
+    api.delete("half", &DeleteParams::default()).await.unwrap();
+    testing::wait_for_deletion(&api, "half", TIMEOUT).await.unwrap();
+    let left = admin.list_networks(&[], Some(&name)).await.unwrap();
+    assert!(left.is_empty(), "the half-made network was left behind: {left:?}");
+    let _ = std::fs::remove_file(&clouds);
+    finish(&api, operator, ns).await;
 }

@@ -287,6 +287,21 @@ impl Session {
         .await
     }
 
+    /// Every network whose description is `marker`: ours, also where its tags never came.
+    pub async fn list_marked_networks(&self, marker: &str) -> Result<Vec<NeutronNetwork>, BackendError> {
+        let request = network::list::Request::builder()
+            .description(marker)
+            .build()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        self.send(
+            "GET",
+            "networks",
+            "listing networks",
+            paged(request, Pagination::All),
+        )
+        .await
+    }
+
     /// Every subnet tagged with all of `tags`.
     pub async fn list_subnets(&self, tags: &[String]) -> Result<Vec<NeutronSubnet>, BackendError> {
         let mut request = subnet::list::Request::builder();

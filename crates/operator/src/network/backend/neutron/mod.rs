@@ -202,7 +202,10 @@ impl NetworkBackend for Neutron {
 
     async fn remove(&self, network: &Network) -> Result<bool, BackendError> {
         let (owner, uid) = self.owner(network)?;
-        let observed = self.ask(&owner, Vec::new()).await?;
+        // By its tags, and by its marker: a network whose tag request failed after its create
+        // carries only the marker, and must not be left behind.
+        let marked = self.session.list_marked_networks(&owner.marker()).await?;
+        let observed = self.ask(&owner, marked).await?;
         let mut removed = false;
         for id in observed
             .network
