@@ -115,6 +115,7 @@ impl ReconcileError for Error {
             // watched.
             Error::Backend(
                 BackendError::AuthFailed(_)
+                | BackendError::Forbidden(_)
                 | BackendError::Misconfigured(_)
                 | BackendError::QuotaExceeded(_)
                 | BackendError::Conflict(_),

@@ -1209,3 +1209,66 @@ async fn a_half_made_network_is_found_and_removed_with_its_network() {
     let _ = std::fs::remove_file(&clouds);
     finish(&api, operator, ns).await;
 }
+
+/// A policy file of neutron-server's, in force while this lives (oslo.policy reads it again when
+/// it changes); removed when dropped, so that a failing test leaves the test bed as it was.
+struct NeutronPolicy(PathBuf);
+
+impl NeutronPolicy {
+    fn refusing(bed: &local_cluster::openstack::OpenStack, action: &str) -> Self {
+        let path = bed.dir().join("policy.yaml");
+        std::fs::write(&path, format!("\"{action}\": \"!\"\n")).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for NeutronPolicy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A 403 is Neutron's policy refusing one action, not a failed login: the Network reports
+/// `BackendForbidden`, retries with backoff on the same session (no new token per refusal), and
+/// syncs once the policy allows the action.
+#[tokio::test]
+async fn a_policy_refusal_is_forbidden_without_a_new_login_and_recovers_when_allowed() {
+    let Scene(client, bed, _hold, _, ns, api) = Scene::new("neutron-policy", Bed::Exclusive).await;
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    api.create(
+        &PostParams::default(),
+        &network("warm", "10.68.1.0/24", "10.68.1.1"),
+    )
+    .await
+    .unwrap();
+    wait_reason(&api, "warm", "Synced").await;
+
+    let policy = NeutronPolicy::refusing(&bed, "create_subnet");
+    api.create(
+        &PostParams::default(),
+        &network("refused", "10.68.2.0/24", "10.68.2.1"),
+    )
+    .await
+    .unwrap();
+    let refused = wait_reason(&api, "refused", "BackendForbidden").await;
+    let message = &refused.status.as_ref().unwrap().conditions[0].message;
+    assert_tenant_message(message, "policy does not let the operator", &["create_subnet"]);
+    wait_for_event(&client, &ns.name, "refused", "BackendForbidden").await;
+    let metrics = || operator.telemetry.metrics.render();
+    let tokens = backend_requests_of(&metrics(), "tokens");
+    let forbidden = || metric_sum(&metrics(), BACKEND_REQUESTS, &[("result", "BackendForbidden")]);
+    let first = forbidden();
+    eventually("another refusal, retried with backoff", || async {
+        (forbidden() > first).then_some(())
+    })
+    .await;
+    assert_eq!(
+        backend_requests_of(&metrics(), "tokens"),
+        tokens,
+        "a refusal made the operator log in again"
+    );
+
+    drop(policy);
+    wait_reason(&api, "refused", "Synced").await;
+    finish(&api, operator, ns).await;
+}

@@ -112,9 +112,12 @@ pub enum BackendError {
     /// unreachable); what it holds is still there. Retried.
     #[error("{0}")]
     Unreachable(String),
-    /// The backend refused our credentials, or the right to act.
+    /// The backend refused our credentials.
     #[error("{0}")]
     AuthFailed(String),
+    /// The backend knows us and refuses this action (its policy): no new login helps.
+    #[error("{0}")]
+    Forbidden(String),
     /// The backend's configuration cannot be read or names nothing usable.
     #[error("{0}")]
     Misconfigured(String),
@@ -152,6 +155,7 @@ impl BackendError {
         match self {
             BackendError::Unavailable(_) | BackendError::Unreachable(_) => "BackendUnavailable",
             BackendError::AuthFailed(_) => "BackendAuthFailed",
+            BackendError::Forbidden(_) => "BackendForbidden",
             BackendError::Misconfigured(_) => "BackendMisconfigured",
             BackendError::QuotaExceeded(_) => "BackendQuotaExceeded",
             BackendError::Conflict(_) => "BackendConflict",
@@ -184,6 +188,9 @@ impl BackendError {
             )),
             BackendError::AuthFailed(_) => BackendError::AuthFailed(text(
                 "the network backend refused the operator's credentials or rights; the cluster admin must fix them, and the operator retries",
+            )),
+            BackendError::Forbidden(_) => BackendError::Forbidden(text(
+                "the network backend's policy does not let the operator do this; the cluster admin must allow it, and the operator retries",
             )),
             BackendError::Misconfigured(_) => BackendError::Misconfigured(text(
                 "the operator's network backend settings are wrong; the cluster admin must fix them, and the operator retries",
@@ -241,6 +248,7 @@ mod tests {
             BackendError::Unavailable(secret.into()),
             BackendError::Unreachable(secret.into()),
             BackendError::AuthFailed(secret.into()),
+            BackendError::Forbidden(secret.into()),
             BackendError::Misconfigured(secret.into()),
             BackendError::QuotaExceeded(secret.into()),
             BackendError::Conflict(secret.into()),

@@ -499,8 +499,9 @@ fn by_status(status: u16, message: &str, detail: &str) -> BackendError {
         401 => BackendError::AuthFailed(format!(
             "{message}; the credentials are no longer accepted: check them in clouds.yaml or the OS_* variables"
         )),
-        403 => BackendError::AuthFailed(format!(
-            "{message}; the OpenStack user is not allowed to do this: give it the member role in its project"
+        // A policy refusal: the same session would be refused the same way by a new one.
+        403 => BackendError::Forbidden(format!(
+            "{message}; the OpenStack user is not allowed to do this: give it the member role in its project, or have the cloud's policy allow it"
         )),
         404 => BackendError::NotFound(message),
         409 if detail.contains("OverQuota") || detail.to_ascii_lowercase().contains("quota") => {
@@ -597,7 +598,7 @@ mod tests {
             "BackendConflict"
         );
         assert_eq!(by_status(401, "m", "").reason(), "BackendAuthFailed");
-        assert_eq!(by_status(403, "m", "").reason(), "BackendAuthFailed");
+        assert_eq!(by_status(403, "m", "").reason(), "BackendForbidden");
         assert_eq!(by_status(500, "m", "").reason(), "BackendError");
         assert_eq!(by_status(503, "m", "").reason(), "BackendUnavailable");
         assert!(
