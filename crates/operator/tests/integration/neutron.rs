@@ -1272,3 +1272,48 @@ async fn a_policy_refusal_is_forbidden_without_a_new_login_and_recovers_when_all
     wait_reason(&api, "refused", "Synced").await;
     finish(&api, operator, ns).await;
 }
+
+/// A failed resync listing is retried alone, with backoff: while neutron-server is down and no
+/// Network changes, the outage costs a few listings, not a request per Network per resync.
+#[tokio::test]
+async fn a_failed_resync_listing_does_not_fan_out_to_every_network() {
+    let Scene(_, bed, _hold, _, ns, api) = Scene::new("neutron-listing", Bed::Exclusive).await;
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    const NETWORKS: usize = 20;
+    for i in 0..NETWORKS {
+        api.create(
+            &PostParams::default(),
+            &network(
+                &format!("n{i}"),
+                &format!("10.69.{i}.0/24"),
+                &format!("10.69.{i}.1"),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    for i in 0..NETWORKS {
+        wait_reason(&api, &format!("n{i}"), "Synced").await;
+    }
+
+    bed.stop_neutron().await.expect("neutron-server stops");
+    let all = ["GET", "POST", "PUT", "DELETE"];
+    let before = operator.requests(&all);
+    tokio::time::sleep(RESYNC * 4).await;
+    let during = operator.requests(&all) - before;
+    assert!(
+        during <= 10,
+        "{during} requests in four resync intervals of an outage, with {NETWORKS} Networks"
+    );
+
+    bed.start_neutron().await.expect("neutron-server starts");
+    let resumed = operator.requests(&["GET"]);
+    eventually("the resync listing again", || async {
+        (operator.requests(&["GET"]) >= resumed + 2).then_some(())
+    })
+    .await;
+    for i in 0..NETWORKS {
+        wait_reason(&api, &format!("n{i}"), "Synced").await;
+    }
+    finish(&api, operator, ns).await;
+}

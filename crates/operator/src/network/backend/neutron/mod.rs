@@ -63,9 +63,12 @@ impl Drop for ListingTask {
     }
 }
 
+/// The first wait after a failed resync listing, doubled at each failure.
+const LISTING_RETRY: Duration = Duration::from_secs(1);
+
 impl Neutron {
-    /// The backend and the stream of its resyncs: each item comes after a listing (tried),
-    /// and asks for every Network to be reconciled (`Controller::reconcile_all_on`).
+    /// The backend and the stream of its resyncs: each item comes after a listing that
+    /// succeeded, and asks for every Network to be reconciled (`Controller::reconcile_all_on`).
     pub fn new(
         config: NeutronConfig,
         metrics: Arc<crate::runtime::metrics::Metrics>,
@@ -79,12 +82,21 @@ impl Neutron {
         let listing = tokio::spawn({
             let (session, observations) = (session.clone(), observations.clone());
             async move {
+                let mut retry = LISTING_RETRY;
                 loop {
-                    observations.list(&session, &cluster_tag).await;
-                    if resync_tx.unbounded_send(()).is_err() {
-                        break;
+                    if observations.list(&session, &cluster_tag).await {
+                        retry = LISTING_RETRY;
+                        if resync_tx.unbounded_send(()).is_err() {
+                            break;
+                        }
+                        tokio::time::sleep(config.resync).await;
+                    } else {
+                        // Neutron is struggling: a resync now would have every Network ask it
+                        // on its own, a request or two each. The listing alone is retried,
+                        // backing off up to the resync interval.
+                        tokio::time::sleep(retry).await;
+                        retry = (retry * 2).min(config.resync.max(LISTING_RETRY));
                     }
-                    tokio::time::sleep(config.resync).await;
                 }
             }
         });

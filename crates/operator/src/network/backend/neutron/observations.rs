@@ -40,7 +40,8 @@ impl Observations {
     }
 
     /// Lists every network and subnet of the cluster and keeps them, grouped by Network.
-    pub(super) async fn list(&self, session: &Session, cluster_tag: &str) {
+    /// Returns whether the listing succeeded.
+    pub(super) async fn list(&self, session: &Session, cluster_tag: &str) -> bool {
         let number = {
             let mut state = self.state.lock().expect("listing state");
             state.started += 1;
@@ -53,17 +54,22 @@ impl Observations {
             Ok::<_, BackendError>((networks, subnets))
         }
         .await;
-        match listed {
+        let listed = match listed {
             Ok((networks, subnets)) => {
                 let mut state = self.state.lock().expect("listing state");
                 state.listing = number;
                 state.networks = group(networks, |n| &n.tags);
                 state.subnets = group(subnets, |s| &s.tags);
                 tracing::debug!(networks = state.networks.len(), "listed Neutron");
+                true
             }
-            Err(error) => tracing::warn!(%error, "listing Neutron for the resync"),
-        }
+            Err(error) => {
+                tracing::warn!(%error, "listing Neutron for the resync");
+                false
+            }
+        };
         self.first_listing.send_replace(true);
+        listed
     }
 
     /// This Network's part of the last listing, if it is news to it.
