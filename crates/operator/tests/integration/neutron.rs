@@ -1317,3 +1317,53 @@ async fn a_failed_resync_listing_does_not_fan_out_to_every_network() {
     }
     finish(&api, operator, ns).await;
 }
+
+/// An IPv6 Network is an IPv6 subnet with its gateway, the gateway kept out of the address pools;
+/// a new gateway is set on the same subnet and the pools move with it, as for IPv4.
+#[tokio::test]
+async fn an_ipv6_network_is_an_ipv6_subnet_whose_gateway_moves_in_place() {
+    let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-ipv6", Bed::Shared).await;
+    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    api.create(
+        &PostParams::default(),
+        &network("six", "fd00:66:1::/64", "fd00:66:1::1"),
+    )
+    .await
+    .unwrap();
+    let synced = wait_reason(&api, "six", "Synced").await;
+    let backend = synced.status.clone().unwrap().backend.unwrap();
+    let subnet_id = backend.subnet_id.clone().expect("the subnet's id");
+    let shown = openstack(&bed, &["subnet", "show", &subnet_id, "-f", "json"]).await;
+    assert_eq!(shown["ip_version"], 6);
+    assert_eq!(shown["cidr"], "fd00:66:1::/64");
+    assert_eq!(shown["gateway_ip"], "fd00:66:1::1");
+    let outside_pools = |subnet: &NeutronSubnet, gateway: &str| {
+        let at = |a: &str| u128::from(a.parse::<std::net::Ipv6Addr>().unwrap());
+        !subnet.allocation_pools.is_empty()
+            && subnet
+                .allocation_pools
+                .iter()
+                .all(|p| !(at(&p.start)..=at(&p.end)).contains(&at(gateway)))
+    };
+    let (_, subnets) = in_neutron(&admin, &ns.name, &synced).await;
+    assert!(outside_pools(&subnets[0], "fd00:66:1::1"), "{subnets:?}");
+
+    api.patch(
+        "six",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"gateway": "fd00:66:1::fe"}})),
+    )
+    .await
+    .unwrap();
+    let moved = wait_reason(&api, "six", "Synced").await;
+    assert_eq!(
+        moved.status.clone().unwrap().backend.unwrap(),
+        backend,
+        "same network and subnet"
+    );
+    let (networks, subnets) = in_neutron(&admin, &ns.name, &moved).await;
+    assert_eq!((networks.len(), subnets.len()), (1, 1));
+    assert_eq!(subnets[0].gateway_ip.as_deref(), Some("fd00:66:1::fe"));
+    assert!(outside_pools(&subnets[0], "fd00:66:1::fe"), "{subnets:?}");
+    finish(&api, operator, ns).await;
+}
