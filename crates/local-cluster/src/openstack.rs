@@ -16,6 +16,7 @@
 
 use std::hash::Hasher;
 use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -156,6 +157,9 @@ impl OpenStack {
             std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         }
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        // Its databases, keys and configuration hold the test bed's secrets: its owner's alone.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io(&dir, e))?;
         let mut started = Vec::new();
         match self.start(&venvs, &mut started).await {
             Ok(state) => Ok(state),
@@ -197,17 +201,26 @@ impl OpenStack {
                 format!("--keystone-user={user}"),
                 format!("--keystone-group={user}"),
             ],
+            // The password comes in OS_BOOTSTRAP_PASSWORD (below), not among the arguments,
+            // which every local user can read.
             vec![
                 config.clone(),
                 "bootstrap".into(),
-                format!("--bootstrap-password={}", secrets.admin),
                 format!("--bootstrap-admin-url={keystone_url}"),
                 format!("--bootstrap-public-url={keystone_url}"),
                 format!("--bootstrap-internal-url={keystone_url}"),
                 format!("--bootstrap-region-id={REGION}"),
             ],
         ] {
-            run(&manage, &args, &logs.join("keystone-manage.log"))?;
+            let mut command = Command::new(&manage);
+            command.args(&args).env("OS_BOOTSTRAP_PASSWORD", &secrets.admin);
+            run_with_input(
+                command,
+                "",
+                &logs.join("keystone-manage.log"),
+                "keystone-manage",
+                Output::Log,
+            )?;
         }
         write_entry(
             &dir.join("keystone_wsgi.py"),
@@ -259,10 +272,12 @@ impl OpenStack {
         // Its interactive mode exits 1 whatever happened and only logs a failed command, so
         // the outcome is checked by reading the catalog back, and (below) by the member
         // creating its application credential.
-        run_with_input(batch, &script, &log, "the openstack command line").or_else(|e| match e {
-            Error::Toolchain { .. } => Ok(String::new()),
-            e => Err(e),
-        })?;
+        run_with_input(batch, &script, &log, "the openstack command line", Output::Log).or_else(
+            |e| match e {
+                Error::Toolchain { .. } => Ok(String::new()),
+                e => Err(e),
+            },
+        )?;
         let mut endpoints = Command::new(&openstack);
         endpoints
             .env("OS_CLIENT_CONFIG_FILE", self.clouds_yaml())
@@ -277,7 +292,7 @@ impl OpenStack {
                 "-c",
                 "URL",
             ]);
-        let listed = run_with_input(endpoints, "", &log, "the openstack command line")?;
+        let listed = run_with_input(endpoints, "", &log, "the openstack command line", Output::Log)?;
         if listed.lines().filter(|l| l.trim() == neutron_url).count() != 3 {
             return Err(Error::Toolchain {
                 component: "openstack".into(),
@@ -294,7 +309,7 @@ impl OpenStack {
             .env("OS_CLIENT_CONFIG_FILE", self.clouds_yaml())
             .env("OS_CLOUD", PASSWORD_CLOUD)
             .args(["application", "credential", "create", PROJECT, "-f", "json"]);
-        let credential = run_with_input(create, "", &log, "the openstack command line")?;
+        let credential = run_with_input(create, "", &log, "the openstack command line", Output::Secret)?;
         let credential: serde_json::Value =
             serde_json::from_str(&credential).map_err(|e| Error::Toolchain {
                 component: "openstack".into(),
@@ -351,12 +366,14 @@ impl OpenStack {
         // quota tests make projects of their own with small quotas.
         let log = logs.join("openstack-setup.log");
         let quota = self.openstack(&["quota", "set", "--networks", "-1", "--subnets", "-1", PROJECT]);
-        tokio::task::spawn_blocking(move || run_with_input(quota, "", &log, "the openstack command line"))
-            .await
-            .map_err(|e| Error::Toolchain {
-                component: "openstack".into(),
-                message: e.to_string(),
-            })??;
+        tokio::task::spawn_blocking(move || {
+            run_with_input(quota, "", &log, "the openstack command line", Output::Log)
+        })
+        .await
+        .map_err(|e| Error::Toolchain {
+            component: "openstack".into(),
+            message: e.to_string(),
+        })??;
         eprintln!(
             "openstack: Keystone and neutron-server ready in {:.0}s",
             begun.elapsed().as_secs_f64()
@@ -377,12 +394,14 @@ impl OpenStack {
         .await?;
         let log = self.logs_dir().join("openstack-setup.log");
         let list = self.openstack_as(CLOUD, &["network", "list", "-f", "json"]);
-        tokio::task::spawn_blocking(move || run_with_input(list, "", &log, "the openstack command line"))
-            .await
-            .map_err(|e| Error::Toolchain {
-                component: "openstack".into(),
-                message: e.to_string(),
-            })??;
+        tokio::task::spawn_blocking(move || {
+            run_with_input(list, "", &log, "the openstack command line", Output::Log)
+        })
+        .await
+        .map_err(|e| Error::Toolchain {
+            component: "openstack".into(),
+            message: e.to_string(),
+        })??;
         Ok(())
     }
 
@@ -523,12 +542,25 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 fn run(program: &Path, args: &[String], log: &Path) -> Result<()> {
     let mut command = Command::new(program);
     command.args(args);
-    run_with_input(command, "", log, &program.display().to_string()).map(drop)
+    run_with_input(command, "", log, &program.display().to_string(), Output::Log).map(drop)
+}
+
+/// Whether a command's output may go to its log: not when it holds a secret.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Log,
+    Secret,
 }
 
 /// Runs `command` with `input` on its stdin; returns its stdout, and appends its stderr (and
-/// stdout) to `log`.
-fn run_with_input(mut command: Command, input: &str, log: &Path, what: &str) -> Result<String> {
+/// stdout, unless it is [`Output::Secret`]) to `log`.
+fn run_with_input(
+    mut command: Command,
+    input: &str,
+    log: &Path,
+    what: &str,
+    logged: Output,
+) -> Result<String> {
     if let Some(parent) = log.parent() {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
@@ -552,7 +584,17 @@ fn run_with_input(mut command: Command, input: &str, log: &Path, what: &str) -> 
         .append(true)
         .open(log)
         .map_err(|e| Error::io(log, e))?;
-    let _ = writeln!(file, "$ {command:?}\n{stdout}{stderr}");
+    let shown = match logged {
+        Output::Log => stdout.as_str(),
+        Output::Secret => "(its output holds a secret: not logged)\n",
+    };
+    // The program and its arguments, not the environment, which may carry a secret.
+    let line = std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|part| format!("{part:?}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let _ = writeln!(file, "$ {line}\n{shown}{stderr}");
     if !output.status.success() {
         let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
         return Err(Error::Toolchain {
@@ -651,7 +693,7 @@ fn write_keystone_config(dir: &Path) -> Result<PathBuf> {
         credentials = credentials.display(),
     );
     let path = dir.join("keystone.conf");
-    std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+    write_private(&path, &text)?;
     Ok(path)
 }
 
@@ -683,8 +725,7 @@ fn write_neutron_config(dir: &Path, venv: &Path, keystone_url: &str, password: &
     let ml2 = "[ml2]\ntype_drivers = local,flat,vlan,vxlan\ntenant_network_types = local\n\
                mechanism_drivers =\nextension_drivers =\n";
     for (name, text) in [("neutron.conf", neutron.as_str()), ("ml2_conf.ini", ml2)] {
-        let path = dir.join(name);
-        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+        write_private(&dir.join(name), text)?;
     }
     Ok(())
 }
@@ -750,8 +791,23 @@ impl Clouds {
                 message: e.to_string(),
             }
         })?;
-        std::fs::write(path, yaml).map_err(|e| Error::io(path, e))
+        write_private(path, &yaml)
     }
+}
+
+/// Writes a file that holds secrets, readable by its owner only, also when it existed before.
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| file.write_all(text.as_bytes()))
+        .map_err(|e| Error::io(path, e))
 }
 
 fn ready(url: &str, path: &str) -> std::result::Result<Option<()>, String> {

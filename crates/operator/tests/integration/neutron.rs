@@ -576,7 +576,7 @@ async fn write_clouds(
         "clouds:\n  {name}:\n    auth_type: password\n    auth:\n      auth_url: {}\n      username: {name}\n      password: {password}\n      project_name: {name}\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n    interface: public\n    identity_api_version: 3\n",
         bed.keystone_url()
     );
-    tokio::fs::write(path, yaml).await.unwrap();
+    write_private(path, &yaml);
 }
 
 async fn drop_project(bed: &local_cluster::openstack::OpenStack, name: &str) {
@@ -1035,7 +1035,7 @@ fn relayed_clouds(
     clouds["clouds"][CLOUD]["network_endpoint_override"] =
         format!("http://127.0.0.1:{}/v2.0/", recorder.port).into();
     let path = std::env::temp_dir().join(format!("{name}-clouds.yaml"));
-    std::fs::write(&path, serde_yaml::to_string(&clouds).unwrap()).unwrap();
+    write_private(&path, &serde_yaml::to_string(&clouds).unwrap());
     path
 }
 
@@ -1366,4 +1366,72 @@ async fn an_ipv6_network_is_an_ipv6_subnet_whose_gateway_moves_in_place() {
     assert_eq!(subnets[0].gateway_ip.as_deref(), Some("fd00:66:1::fe"));
     assert!(outside_pools(&subnets[0], "fd00:66:1::fe"), "{subnets:?}");
     finish(&api, operator, ns).await;
+}
+
+/// Writes a file with credentials in it, readable by its owner only.
+fn write_private(path: &std::path::Path, text: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+}
+
+/// The test bed keeps its secrets private: its configuration files and clouds.yaml are its
+/// owner's alone (in a folder that is too), and neither the application credential's secret nor
+/// a password is in its logs or in any running process's arguments.
+#[tokio::test]
+async fn the_test_beds_secrets_are_private_files_never_logs_or_arguments() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let (bed, _hold) = test_bed(false).await;
+    let mode = |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&bed.dir()), 0o700, "{}", bed.dir().display());
+    for file in [
+        bed.clouds_yaml(),
+        bed.dir().join("keystone.conf"),
+        bed.dir().join("neutron.conf"),
+    ] {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    let clouds: Value = serde_yaml::from_str(&std::fs::read_to_string(bed.clouds_yaml()).unwrap()).unwrap();
+    let mut secrets = vec![
+        clouds["clouds"][CLOUD]["auth"]["application_credential_secret"].clone(),
+        clouds["clouds"][PASSWORD_CLOUD]["auth"]["password"].clone(),
+        clouds["clouds"][ADMIN_CLOUD]["auth"]["password"].clone(),
+    ]
+    .into_iter()
+    .map(|s| s.as_str().expect("a secret in clouds.yaml").to_owned())
+    .collect::<Vec<_>>();
+    let neutron_conf = std::fs::read_to_string(bed.dir().join("neutron.conf")).unwrap();
+    let neutron_password = neutron_conf
+        .lines()
+        .find_map(|l| l.strip_prefix("password = "))
+        .expect("neutron-server's password");
+    secrets.push(neutron_password.to_owned());
+    for entry in std::fs::read_dir(bed.logs_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        for secret in &secrets {
+            assert!(!text.contains(secret.as_str()), "a secret in {}", path.display());
+        }
+    }
+    for process in procfs::process::all_processes().unwrap().flatten() {
+        let Ok(arguments) = process.cmdline() else {
+            continue;
+        };
+        let arguments = arguments.join(" ");
+        for secret in &secrets {
+            assert!(
+                !arguments.contains(secret.as_str()),
+                "a secret in the arguments of process {}",
+                process.pid
+            );
+        }
+    }
 }
