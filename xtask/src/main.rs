@@ -349,13 +349,34 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
         args.push("--");
         args.extend(extra.iter().map(String::as_str));
     }
+    // Tests record what they skip here, for the summary below.
+    let skip_log = cargo_build::target_dir().join("skipped-tests.log");
+    let _ = std::fs::remove_file(&skip_log);
+    let skip_log_text = skip_log.display().to_string();
+    let mut env = vec![(local_cluster::testing::SKIP_LOG_VARIABLE, skip_log_text.as_str())];
     // Where a real node runs, its tests must not skip.
-    let env: &[(&str, &str)] = if real_node {
-        &[("SAMPLE_OPERATOR_REAL_NODE", "required")]
-    } else {
-        &[]
-    };
-    step_with_env("tests", &args, env)?;
+    if real_node {
+        env.push(("SAMPLE_OPERATOR_REAL_NODE", "required"));
+    }
+    let tested = step_with_env("tests", &args, &env);
+    let skips = skipped_tests(&skip_log);
+    tested?;
+    // On this local cluster every test can run, but the real node's where the machine cannot
+    // run one: any other skip is a failure, not a note.
+    let unexpected: Vec<&String> = skips
+        .iter()
+        .filter(|line| real_node || !line.starts_with("real_node::"))
+        .collect();
+    if !unexpected.is_empty() {
+        anyhow::bail!(
+            "tests skipped what this machine can run:\n  {}",
+            unexpected
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        );
+    }
     if real_node && !node_was_running {
         println!(
             "== the real node's down leaves nothing behind, also after its processes were killed, \
@@ -369,6 +390,25 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
         })?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints what the tests recorded as skipped (`local_cluster::testing::skipped`), and returns
+/// those lines.
+fn skipped_tests(log: &std::path::Path) -> Vec<String> {
+    let skips: Vec<String> = std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    if skips.is_empty() {
+        println!("== every test ran its checks");
+    } else {
+        println!("== tests that did not run their checks, and why:");
+        for skip in &skips {
+            println!("  - {skip}");
+        }
+    }
+    skips
 }
 
 /// Kills the real node's processes as a killed run or a crashed machine leaves them: no

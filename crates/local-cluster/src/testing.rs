@@ -29,6 +29,31 @@ pub fn uses_existing_cluster() -> bool {
     std::env::var("SAMPLE_OPERATOR_TEST_CLUSTER").is_ok_and(|v| v == "existing")
 }
 
+/// Where tests record what they skip: the file `cargo xtask test` names in this variable, for
+/// its summary (libtest shows a passing test's output to no one).
+pub const SKIP_LOG_VARIABLE: &str = "SAMPLE_OPERATOR_SKIP_LOG";
+
+/// Says that `test` did not run its checks, and why: on stderr, and as a line `test: why` in
+/// the file [`SKIP_LOG_VARIABLE`] names, when it names one.
+pub fn skipped(test: &str, why: &str) {
+    eprintln!("SKIPPED: {test}: {why}");
+    if let Some(path) = std::env::var_os(SKIP_LOG_VARIABLE) {
+        use std::io::Write;
+        let line = format!("{test}: {}\n", why.replace('\n', " "));
+        let written = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(error) = written {
+            panic!(
+                "recording the skip of {test} in {}: {error}",
+                path.to_string_lossy()
+            );
+        }
+    }
+}
+
 /// Starts the local cluster once per test process; later calls return the first outcome.
 fn ensure_local_cluster() -> std::result::Result<(), String> {
     static STARTED: OnceLock<std::result::Result<(), String>> = OnceLock::new();

@@ -27,10 +27,11 @@ use crate::support::{Operator, client_with_crds};
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-/// Whether a real node runs; when not, says why (and fails where one is required).
-fn real_node() -> bool {
+/// Whether a real node runs for `test`; when not, records why (and fails where one is
+/// required).
+fn real_node(test: &str) -> bool {
     if testing::uses_existing_cluster() {
-        eprintln!("SKIPPED: the real-node tests run on the local cluster only");
+        testing::skipped(test, "the real-node tests run on the local cluster only");
         return false;
     }
     if LocalCluster::default().node().is_running() {
@@ -45,7 +46,7 @@ fn real_node() -> bool {
     if std::env::var("SAMPLE_OPERATOR_REAL_NODE").is_ok_and(|v| v == "required") {
         panic!("a real node is required here, but {why}");
     }
-    eprintln!("SKIPPED: {why}");
+    testing::skipped(test, &why);
     false
 }
 
@@ -185,7 +186,7 @@ async fn exit_codes_until_gone(pods: Api<Pod>, name: String) -> Vec<i32> {
 
 #[tokio::test]
 async fn the_chart_runs_the_operator_as_real_pods_that_hand_over_and_stop_gracefully() {
-    if !real_node() {
+    if !real_node("real_node::the_chart_runs_the_operator_as_real_pods_that_hand_over_and_stop_gracefully") {
         return;
     }
     let client = client_with_crds().await;
@@ -384,7 +385,7 @@ async fn delete_promptly(pods: &Api<Pod>, name: &str) {
 
 #[tokio::test]
 async fn a_pod_on_the_real_node_gets_an_interface_on_its_network() {
-    if !real_node() {
+    if !real_node("real_node::a_pod_on_the_real_node_gets_an_interface_on_its_network") {
         return;
     }
     let client = client_with_crds().await;
