@@ -2,13 +2,14 @@
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::pki::{Identity, Pki};
 
 /// A kubeconfig at `path` for `id`, with the certificate files `pki` holds for it.
 pub(crate) fn write_kubeconfig(path: &Path, server: &str, pki: &Pki, id: &Identity) -> Result<()> {
     let text = kubeconfig_yaml(server, &pki.ca_cert(), &pki.client_cert(id), &pki.client_key(id));
-    std::fs::write(path, text).map_err(|e| Error::io(path, e))
+    // It names the key's file only, but is the cluster's admin access all the same.
+    crate::pki::write_private(path, &text)
 }
 
 fn kubeconfig_yaml(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {

@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::http;
 use crate::lock::FileLock;
 use crate::paths;
+use crate::pki::write_private;
 use crate::process::{Component, free_port};
 use crate::state_file::StateFile;
 use crate::wait::wait_for;
@@ -793,21 +794,6 @@ impl Clouds {
         })?;
         write_private(path, &yaml)
     }
-}
-
-/// Writes a file that holds secrets, readable by its owner only, also when it existed before.
-fn write_private(path: &Path, text: &str) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::File::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| Error::io(path, e))?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))
-        .and_then(|()| file.write_all(text.as_bytes()))
-        .map_err(|e| Error::io(path, e))
 }
 
 fn ready(url: &str, path: &str) -> std::result::Result<Option<()>, String> {

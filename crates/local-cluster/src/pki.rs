@@ -210,9 +210,10 @@ impl Pki {
     }
 }
 
-/// Private keys are readable by their owner only.
-fn write_private(path: &Path, contents: &str) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+/// Writes a file readable by its owner only (private keys, configurations with secrets), also
+/// when it existed before with a wider mode.
+pub(crate) fn write_private(path: &Path, contents: &str) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -220,7 +221,9 @@ fn write_private(path: &Path, contents: &str) -> Result<()> {
         .mode(0o600)
         .open(path)
         .map_err(|e| Error::io(path, e))?;
-    std::io::Write::write_all(&mut file, contents.as_bytes()).map_err(|e| Error::io(path, e))
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::io::Write::write_all(&mut file, contents.as_bytes()))
+        .map_err(|e| Error::io(path, e))
 }
 
 fn write(path: &Path, contents: &str) -> Result<()> {

@@ -42,3 +42,36 @@ async fn a_deployment_of_three_replicas_becomes_available() {
     .unwrap();
     ns.delete().await;
 }
+
+/// The local cluster's access is its owner's: the kubeconfigs and private keys are 0600, so
+/// another local user can neither read the keys nor edit what they point at.
+#[tokio::test]
+async fn the_local_clusters_kubeconfigs_and_keys_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+
+    if testing::uses_existing_cluster() {
+        testing::skipped(
+            "cluster::the_local_clusters_kubeconfigs_and_keys_are_private",
+            "an existing cluster's files are not this project's",
+        );
+        return;
+    }
+    testing::client().await;
+    let cluster = local_cluster::LocalCluster::default();
+    let mut private = Vec::new();
+    for folder in [cluster.dir().to_owned(), cluster.dir().join("pki")] {
+        for entry in std::fs::read_dir(folder).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.ends_with(".key") || name.ends_with("kubeconfig") {
+                private.push(path);
+            }
+        }
+    }
+    assert!(private.contains(&cluster.kubeconfig()), "{private:?}");
+    assert!(private.len() > 6, "{private:?}");
+    for path in private {
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", path.display());
+    }
+}
