@@ -57,8 +57,7 @@ impl Settings {
 /// The label with [`Settings::digest`] on every Deployment the Foo controller writes.
 pub const SETTINGS_LABEL: &str = "sample-operator.k8s.io/pod-settings";
 
-/// Parses a flag's JSON value (or YAML's flow style, which JSON is) into `T`, with the error
-/// naming what was wrong.
+/// Parses a flag's JSON value into `T`, with the error naming what was wrong.
 pub fn parse_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
     serde_json::from_str(text).map_err(|e| format!("{e} in {text:?}"))
 }
