@@ -1335,6 +1335,7 @@ async fn a_failed_resync_listing_does_not_fan_out_to_every_network() {
     let before = operator.requests(&all);
     tokio::time::sleep(RESYNC * 4).await;
     let during = operator.requests(&all) - before;
+    eprintln!("{during} requests to Neutron in four resync intervals of an outage");
     assert!(
         during <= 10,
         "{during} requests in four resync intervals of an outage, with {NETWORKS} Networks"
