@@ -212,7 +212,7 @@ impl Pki {
 
 /// Writes a file readable by its owner only (private keys, configurations with secrets), also
 /// when it existed before with a wider mode.
-pub(crate) fn write_private(path: &Path, contents: &str) -> Result<()> {
+pub fn write_private(path: &Path, contents: &str) -> Result<()> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)

@@ -29,6 +29,10 @@ pub fn uses_existing_cluster() -> bool {
     std::env::var("SAMPLE_OPERATOR_TEST_CLUSTER").is_ok_and(|v| v == "existing")
 }
 
+/// Files with credentials the tests write (a clouds.yaml of their own) are their owner's alone,
+/// as the tooling's are.
+pub use crate::pki::write_private;
+
 /// Where tests record what they skip: the file `cargo xtask test` names in this variable, for
 /// its summary (libtest shows a passing test's output to no one).
 pub const SKIP_LOG_VARIABLE: &str = "SAMPLE_OPERATOR_SKIP_LOG";

@@ -576,7 +576,7 @@ async fn write_clouds(
         "clouds:\n  {name}:\n    auth_type: password\n    auth:\n      auth_url: {}\n      username: {name}\n      password: {password}\n      project_name: {name}\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n    interface: public\n    identity_api_version: 3\n",
         bed.keystone_url()
     );
-    write_private(path, &yaml);
+    testing::write_private(path, &yaml).unwrap();
 }
 
 async fn drop_project(bed: &local_cluster::openstack::OpenStack, name: &str) {
@@ -1035,7 +1035,7 @@ fn relayed_clouds(
     clouds["clouds"][CLOUD]["network_endpoint_override"] =
         format!("http://127.0.0.1:{}/v2.0/", recorder.port).into();
     let path = std::env::temp_dir().join(format!("{name}-clouds.yaml"));
-    write_private(&path, &serde_yaml::to_string(&clouds).unwrap());
+    testing::write_private(&path, &serde_yaml::to_string(&clouds).unwrap()).unwrap();
     path
 }
 
@@ -1401,20 +1401,6 @@ async fn an_ipv6_network_is_an_ipv6_subnet_whose_gateway_moves_in_place() {
     assert_eq!(subnets[0].gateway_ip.as_deref(), Some("fd00:66:1::fe"));
     assert!(outside_pools(&subnets[0], "fd00:66:1::fe"), "{subnets:?}");
     finish(&api, operator, ns).await;
-}
-
-/// Writes a file with credentials in it, readable by its owner only.
-fn write_private(path: &std::path::Path, text: &str) {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::File::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .unwrap();
-    file.write_all(text.as_bytes()).unwrap();
 }
 
 /// The test bed keeps its secrets private: its configuration files and clouds.yaml are its
