@@ -698,6 +698,10 @@ fn write_keystone_config(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The most items neutron-server answers a list with: small, so that every test that lists
+/// more pages through the answer as a large cloud makes a client do.
+pub const PAGE_LIMIT: usize = 50;
+
 fn write_neutron_config(dir: &Path, venv: &Path, keystone_url: &str, password: &str) -> Result<()> {
     let state = dir.join("neutron-state");
     let locks = dir.join("neutron-locks");
@@ -711,7 +715,8 @@ fn write_neutron_config(dir: &Path, venv: &Path, keystone_url: &str, password: &
         "[DEFAULT]\ncore_plugin = ml2\nservice_plugins =\nauth_strategy = keystone\n\
          transport_url = fake://\n\
          notify_nova_on_port_status_changes = false\nnotify_nova_on_port_data_changes = false\n\
-         dhcp_agent_notification = false\napi_paste_config = {paste}\nstate_path = {state}\n\n\
+         dhcp_agent_notification = false\napi_paste_config = {paste}\nstate_path = {state}\n\
+         pagination_max_limit = {PAGE_LIMIT}\n\n\
          [database]\nconnection = sqlite:///{db}\n\n\
          [oslo_concurrency]\nlock_path = {locks}\n\n\
          [keystone_authtoken]\nwww_authenticate_uri = {keystone}\nauth_url = {keystone}\n\

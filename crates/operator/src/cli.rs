@@ -231,6 +231,17 @@ pub struct NetworkBackendArgs {
     /// clusters can share a project; the kube-system namespace's UID when unset.
     #[arg(long, env = "SAMPLE_OPERATOR_CLUSTER_ID")]
     pub cluster_id: Option<String>,
+    /// Neutron: a former identity of this cluster (a rebuilt cluster's old kube-system UID, or
+    /// an earlier --cluster-id), whose networks the Networks of the same namespace and name
+    /// take over, retagged instead of created again; repeat for several. Only for a cluster
+    /// that no longer runs: its networks become this cluster's.
+    #[arg(
+        long,
+        env = "SAMPLE_OPERATOR_ADOPT_CLUSTER_IDS",
+        value_delimiter = ',',
+        value_name = "ID"
+    )]
+    pub adopt_cluster_id: Vec<String>,
     /// Neutron: how often to list Neutron and repair what differs from the Networks, in
     /// seconds (also after every Network change).
     #[arg(long, env = "SAMPLE_OPERATOR_NEUTRON_RESYNC_SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
@@ -268,9 +279,19 @@ impl NetworkBackendArgs {
         };
         crate::network::backend::neutron::model::validate_cluster_id(&cluster_id)
             .map_err(|e| format!("--cluster-id: {e}"))?;
+        for old in &self.adopt_cluster_id {
+            crate::network::backend::neutron::model::validate_cluster_id(old)
+                .map_err(|e| format!("--adopt-cluster-id: {e}"))?;
+            if *old == cluster_id {
+                return Err(format!(
+                    "--adopt-cluster-id {old:?} is this cluster's own id: give the former one"
+                ));
+            }
+        }
         Ok(BackendConfig::Neutron(NeutronConfig {
             source,
             cluster_id,
+            adopt_cluster_ids: self.adopt_cluster_id.clone(),
             resync: Duration::from_secs(self.neutron_resync_seconds),
         }))
     }

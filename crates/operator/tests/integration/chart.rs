@@ -47,6 +47,7 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                 "neutron.cloud=prod",
                 "neutron.cloudsSecret=clouds",
                 "neutron.clusterId=east-1",
+                "neutron.adoptClusterIds[0]=east-0",
                 "networkPolicy.enabled=true",
                 "networkPolicy.apiServer[0].cidr=10.0.0.1/32",
                 "networkPolicy.apiServer[0].port=6443",

@@ -42,7 +42,13 @@ struct NeutronOperator {
 }
 
 impl NeutronOperator {
+    /// On `namespace`, whose name is also the cluster id.
     async fn start(namespace: &str, source: CloudSource) -> Self {
+        Self::start_as(namespace, source, namespace, &[]).await
+    }
+
+    /// On `namespace` as the cluster `cluster_id`, adopting `adopt`.
+    async fn start_as(namespace: &str, source: CloudSource, cluster_id: &str, adopt: &[&str]) -> Self {
         let telemetry = Telemetry::new(RequestCounter::default());
         let client = RequestCounter::default()
             .client(operator_config(&testing::client().await).await)
@@ -50,7 +56,8 @@ impl NeutronOperator {
         let mut config = config(Some(namespace), &[ControllerName::Network]);
         config.network.backend = BackendConfig::Neutron(NeutronConfig {
             source,
-            cluster_id: namespace.to_owned(),
+            cluster_id: cluster_id.to_owned(),
+            adopt_cluster_ids: adopt.iter().map(|id| id.to_string()).collect(),
             resync: RESYNC,
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -935,67 +942,146 @@ fn assert_tenant_message(message: &str, says: &str, hidden: &[&str]) {
 }
 
 /// What one client sends to neutron-server, timed as it is sent: a TCP relay in front of
-/// neutron-server that notes each HTTP request line passing through, so that a request counts
-/// when it leaves the client, even while neutron-server is frozen and answers nothing.
+/// neutron-server that notes each HTTP request line passing through (with its `If-Match`
+/// header, if any), so that a request counts when it leaves the client, even while
+/// neutron-server is frozen and answers nothing.
 struct RequestRecorder {
     port: u16,
     seen: Arc<std::sync::Mutex<Vec<(std::time::SystemTime, String)>>>,
+    hold: Arc<Hold>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// What the relay does with a request whose line it picks.
+#[derive(Clone, Copy)]
+enum Relay {
+    /// Cuts the connection instead, as a network failure would: the client sees no answer.
+    Refuse(fn(&str) -> bool),
+    /// Holds the first such request until the test releases it.
+    Hold(fn(&str) -> bool),
+}
+
+#[derive(Default)]
+struct Hold {
+    used: std::sync::atomic::AtomicBool,
+    reached: tokio::sync::Notify,
+    released: tokio::sync::Notify,
 }
 
 impl RequestRecorder {
     async fn start(upstream: std::net::SocketAddr) -> Self {
-        Self::refusing(upstream, |_| false).await
+        Self::relaying(upstream, Relay::Refuse(|_| false)).await
     }
 
     /// A recorder that cuts the connection instead of passing on a request whose request line
-    /// `refuse` picks, as a network failure would: the client sees no answer.
+    /// `refuse` picks.
     async fn refusing(upstream: std::net::SocketAddr, refuse: fn(&str) -> bool) -> Self {
+        Self::relaying(upstream, Relay::Refuse(refuse)).await
+    }
+
+    /// A recorder that holds the first request whose line `pick` picks until
+    /// [`Self::release`]; [`Self::held`] waits for it.
+    async fn holding(upstream: std::net::SocketAddr, pick: fn(&str) -> bool) -> Self {
+        Self::relaying(upstream, Relay::Hold(pick)).await
+    }
+
+    async fn relaying(upstream: std::net::SocketAddr, relay: Relay) -> Self {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let log = seen.clone();
+        let seen: Arc<std::sync::Mutex<Vec<(std::time::SystemTime, String)>>> = Default::default();
+        let hold = Arc::new(Hold::default());
+        let (log, held) = (seen.clone(), hold.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let log = log.clone();
+                let (log, hold) = (log.clone(), held.clone());
                 tokio::spawn(async move {
-                    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
-                        return;
-                    };
                     let (mut from_client, mut to_client) = client.into_split();
-                    let (mut from_server, mut to_server) = server.into_split();
+                    // neutron-server is connected once a request is let through: its one
+                    // worker would wait on an open connection that sends nothing.
+                    let (server_tx, server_rx) = tokio::sync::oneshot::channel();
+                    let mut server_tx = Some(server_tx);
+                    let mut to_server = None;
                     let up = async {
                         let (mut buffer, mut pending) = (vec![0u8; 16 * 1024], String::new());
+                        // This connection's request being read, as an index into the log.
+                        let mut current: Option<usize> = None;
                         'relay: while let Ok(n @ 1..) = from_client.read(&mut buffer).await {
                             pending.push_str(&String::from_utf8_lossy(&buffer[..n]));
-                            // Request lines end in CRLF; a line cut by the read waits for its end.
+                            // Lines end in CRLF; a line cut by the read waits for its end.
                             while let Some(end) = pending.find("\r\n") {
                                 let line: String = pending.drain(..end + 2).collect();
-                                if line.ends_with(" HTTP/1.1\r\n") {
-                                    let line = line.trim_end().to_owned();
-                                    if refuse(&line) {
-                                        break 'relay;
-                                    }
-                                    let now = std::time::SystemTime::now();
-                                    log.lock().unwrap().push((now, line));
+                                let line = line.trim_end();
+                                if line.to_ascii_lowercase().starts_with("if-match:")
+                                    && let Some(index) = current
+                                {
+                                    log.lock().unwrap()[index].1 += &format!(" | {line}");
                                 }
+                                if !line.ends_with(" HTTP/1.1") {
+                                    continue;
+                                }
+                                match relay {
+                                    Relay::Refuse(refuse) if refuse(line) => break 'relay,
+                                    Relay::Hold(pick)
+                                        if pick(line)
+                                            && !hold.used.swap(true, std::sync::atomic::Ordering::SeqCst) =>
+                                    {
+                                        hold.reached.notify_one();
+                                        hold.released.notified().await;
+                                    }
+                                    _ => {}
+                                }
+                                let now = std::time::SystemTime::now();
+                                let mut log = log.lock().unwrap();
+                                log.push((now, line.to_owned()));
+                                current = Some(log.len() - 1);
                             }
-                            if to_server.write_all(&buffer[..n]).await.is_err() {
+                            if to_server.is_none() {
+                                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                                    break;
+                                };
+                                let (from_server, writer) = server.into_split();
+                                to_server = Some(writer);
+                                let _ = server_tx.take().map(|tx| tx.send(from_server));
+                            }
+                            let writer = to_server.as_mut().expect("connected");
+                            if writer.write_all(&buffer[..n]).await.is_err() {
                                 break;
                             }
                         }
-                        let _ = to_server.shutdown().await;
+                        if let Some(mut writer) = to_server {
+                            let _ = writer.shutdown().await;
+                        }
+                        drop(server_tx);
                     };
                     let down = async {
-                        let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+                        if let Ok(mut from_server) = server_rx.await {
+                            let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+                        }
                         let _ = to_client.shutdown().await;
                     };
                     tokio::join!(up, down);
                 });
             }
         });
-        Self { port, seen, task }
+        Self {
+            port,
+            seen,
+            hold,
+            task,
+        }
+    }
+
+    /// Waits until the request to hold has reached the relay.
+    async fn held(&self) {
+        tokio::time::timeout(TIMEOUT, self.hold.reached.notified())
+            .await
+            .expect("the request to hold arrives");
+    }
+
+    /// Passes the held request on.
+    fn release(&self) {
+        self.hold.released.notify_one();
     }
 
     /// The requests seen at or after `when`.
@@ -1124,6 +1210,7 @@ async fn a_deposed_leader_sends_nothing_to_neutron_after_its_lease_could_have_ex
         run.network.backend = BackendConfig::Neutron(NeutronConfig {
             source: source(clouds, CLOUD),
             cluster_id: ns.name.clone(),
+            adopt_cluster_ids: Vec::new(),
             resync: RESYNC,
         });
         run
@@ -1455,4 +1542,187 @@ async fn the_test_beds_secrets_are_private_files_never_logs_or_arguments() {
             );
         }
     }
+}
+
+/// A person edits the subnet while the operator's update of it is on its way: Neutron refuses
+/// the update (412: it was conditional on the revision the operator read), the operator reads
+/// the subnet again and sends the update again, and the person's edit stays. Tags go one at a
+/// time, never as a whole list.
+#[tokio::test]
+async fn a_concurrent_edit_refuses_the_conditional_update_which_reads_again_and_keeps_the_edit() {
+    let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-if-match", Bed::Shared).await;
+    let recorder = RequestRecorder::holding(neutron_address(&bed), |line| {
+        line.starts_with("PUT /v2.0/subnets/") && !line.contains("/tags")
+    })
+    .await;
+    let clouds = relayed_clouds(&bed, &recorder, &ns.name);
+    let operator = NeutronOperator::start(&ns.name, source(clouds, CLOUD)).await;
+    api.create(
+        &PostParams::default(),
+        &network("edited", "10.69.1.0/24", "10.69.1.1"),
+    )
+    .await
+    .unwrap();
+    let synced = wait_reason(&api, "edited", "Synced").await;
+    let reference = synced.status.unwrap().backend.unwrap();
+    let (network_id, subnet_id) = (reference.id, reference.subnet_id.unwrap());
+    let sent = recorder.since(std::time::UNIX_EPOCH);
+    let tag_puts: Vec<&String> = sent
+        .iter()
+        .filter(|l| l.starts_with("PUT ") && l.contains("/tags"))
+        .collect();
+    assert_eq!(tag_puts.len(), 4, "two tags on each of two objects: {tag_puts:?}");
+    assert!(
+        tag_puts.iter().all(|l| l.contains("/tags/sample-operator.")),
+        "one tag a request, never the list replaced: {tag_puts:?}"
+    );
+
+    api.patch(
+        "edited",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"gateway": "10.69.1.254"}})),
+    )
+    .await
+    .unwrap();
+    recorder.held().await;
+    openstack(
+        &bed,
+        &["subnet", "set", "--description", "edited by hand", &subnet_id],
+    )
+    .await;
+    recorder.release();
+    let subnet = eventually("the gateway moved", || async {
+        let subnets = admin.list_subnets_on(&network_id).await.unwrap();
+        let subnet = subnets.into_iter().find(|s| s.id == subnet_id)?;
+        (subnet.gateway_ip.as_deref() == Some("10.69.1.254")).then_some(subnet)
+    })
+    .await;
+    assert_eq!(
+        subnet.description.as_deref(),
+        Some("edited by hand"),
+        "the person's edit stays"
+    );
+    wait_reason(&api, "edited", "Synced").await;
+    let updates: Vec<String> = recorder
+        .since(std::time::UNIX_EPOCH)
+        .into_iter()
+        .filter(|l| l.starts_with(&format!("PUT /v2.0/subnets/{subnet_id}")) && !l.contains("/tags"))
+        .collect();
+    assert_eq!(updates.len(), 2, "refused once, then sent again: {updates:?}");
+    let revision = |line: &str| -> i64 {
+        let (_, number) = line
+            .to_ascii_lowercase()
+            .split_once("if-match: revision_number=")
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .unwrap_or_else(|| panic!("not conditional: {line}"));
+        number.trim().parse().unwrap()
+    };
+    assert!(
+        revision(&updates[1]) > revision(&updates[0]),
+        "the second update is conditional on the revision read again: {updates:?}"
+    );
+    let log = std::fs::read_to_string(bed.logs_dir().join("neutron-server.log")).unwrap();
+    assert!(
+        log.contains(&format!("\"PUT /v2.0/subnets/{subnet_id}? HTTP/1.1\" 412")),
+        "neutron-server refused the first update as stale"
+    );
+    finish(&api, operator, ns).await;
+}
+
+/// A rebuilt cluster (a new cluster id, new Network UIDs) started with --adopt-cluster-id
+/// takes over the networks of the old id by namespace and name, retagging them without
+/// creating anything; a network of the old id that no Network claims is reported, not touched.
+#[tokio::test]
+async fn a_rebuilt_cluster_adopts_its_old_networks_without_creating_them_again() {
+    let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-adopt", Bed::Shared).await;
+    let (old_id, new_id) = (format!("{}-old", ns.name), format!("{}-new", ns.name));
+    let old = NeutronOperator::start_as(&ns.name, source(bed.clouds_yaml(), CLOUD), &old_id, &[]).await;
+    for (name, third) in [("kept", 1), ("orphan", 2)] {
+        api.create(
+            &PostParams::default(),
+            &network(name, &format!("10.70.{third}.0/24"), &format!("10.70.{third}.1")),
+        )
+        .await
+        .unwrap();
+    }
+    let mut before = Vec::new();
+    for name in ["kept", "orphan"] {
+        before.push(
+            wait_reason(&api, name, "Synced")
+                .await
+                .status
+                .unwrap()
+                .backend
+                .unwrap(),
+        );
+    }
+    old.stop().await;
+    // The old cluster is gone: its Networks with it, their Neutron networks left behind.
+    for name in ["kept", "orphan"] {
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+        testing::wait_for_deletion(&api, name, TIMEOUT).await.unwrap();
+    }
+    let old_networks = admin
+        .list_networks(&[model::cluster_tag(&old_id)], None)
+        .await
+        .unwrap();
+    let orphan_before = old_networks
+        .iter()
+        .find(|n| n.id == before[1].id)
+        .unwrap()
+        .clone();
+    api.create(
+        &PostParams::default(),
+        &network("kept", "10.70.1.0/24", "10.70.1.1"),
+    )
+    .await
+    .unwrap();
+
+    let new =
+        NeutronOperator::start_as(&ns.name, source(bed.clouds_yaml(), CLOUD), &new_id, &[&old_id]).await;
+    let adopted = wait_reason(&api, "kept", "Synced").await;
+    let reference = adopted.status.as_ref().unwrap().backend.clone().unwrap();
+    assert_eq!(reference.id, before[0].id, "the same network, not a new one");
+    assert_eq!(reference.subnet_id, before[0].subnet_id, "the same subnet");
+    assert_eq!(
+        new.requests(&["POST"]) - backend_requests_of(&new.telemetry.metrics.render(), "tokens"),
+        0,
+        "nothing created"
+    );
+    let (networks, subnets) = in_neutron(&admin, &new_id, &adopted).await;
+    assert_eq!(networks.len(), 1);
+    assert_eq!(subnets.len(), 1);
+    for tags in [&networks[0].tags, &subnets[0].tags] {
+        assert!(
+            !tags.iter().any(|t| t.contains(&old_id)),
+            "the old cluster's tags are gone: {tags:?}"
+        );
+        assert_eq!(tags.len(), 2, "{tags:?}");
+    }
+    // The orphan: reported by its old id, left as it was.
+    eventually("only the orphan counted for the old id", || async {
+        let metrics = new.telemetry.metrics.render();
+        let value = metric_sum(
+            &metrics,
+            "sample_operator_neutron_other_cluster_networks",
+            &[("cluster_id", old_id.as_str())],
+        );
+        (value == 1.0).then_some(())
+    })
+    .await;
+    let orphan = admin
+        .list_networks(&[model::cluster_tag(&old_id)], None)
+        .await
+        .unwrap();
+    assert_eq!(orphan, [orphan_before], "the orphan is untouched");
+
+    finish(&api, new, ns).await;
+    admin.delete_network(&before[1].id).await.unwrap();
 }

@@ -124,9 +124,13 @@ pub enum BackendError {
     /// The backend's quota for the project is used up.
     #[error("{0}")]
     QuotaExceeded(String),
-    /// A concurrent change, or an object in use (HTTP 409 or 412).
+    /// A concurrent change, or an object in use (HTTP 409).
     #[error("{0}")]
     Conflict(String),
+    /// A conditional write refused because the object changed since it was read (HTTP 412):
+    /// read again and retried.
+    #[error("{0}")]
+    Changed(String),
     /// The backend has an object of the Network's name that the Network does not own.
     #[error("{0}")]
     NotOwned(String),
@@ -158,7 +162,7 @@ impl BackendError {
             BackendError::Forbidden(_) => "BackendForbidden",
             BackendError::Misconfigured(_) => "BackendMisconfigured",
             BackendError::QuotaExceeded(_) => "BackendQuotaExceeded",
-            BackendError::Conflict(_) => "BackendConflict",
+            BackendError::Conflict(_) | BackendError::Changed(_) => "BackendConflict",
             BackendError::NotOwned(_) => "ResourceExists",
             BackendError::MissingObjectKey(_)
             | BackendError::NotFound(_)
@@ -198,7 +202,7 @@ impl BackendError {
             BackendError::QuotaExceeded(_) => BackendError::QuotaExceeded(text(
                 "the network backend's quota is used up; delete Networks you no longer need, or ask the cluster admin to raise it",
             )),
-            BackendError::Conflict(_) => BackendError::Conflict(text(
+            BackendError::Conflict(_) | BackendError::Changed(_) => BackendError::Conflict(text(
                 "the network is in use or was changed at the same time; the operator retries (a deleted Network goes once nothing uses it)",
             )),
             BackendError::NotOwned(_) => BackendError::NotOwned(text(
@@ -252,6 +256,7 @@ mod tests {
             BackendError::Misconfigured(secret.into()),
             BackendError::QuotaExceeded(secret.into()),
             BackendError::Conflict(secret.into()),
+            BackendError::Changed(secret.into()),
             BackendError::NotOwned(secret.into()),
             BackendError::NotFound(secret.into()),
             BackendError::Failed(secret.into()),

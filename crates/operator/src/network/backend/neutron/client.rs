@@ -10,12 +10,14 @@
 //!
 //! Every request is the SDK's own. Neutron refuses `tags` in a create ("Attribute 'tags' not
 //! allowed in POST"), so an object is created with the marker description and then tagged with
-//! `PUT .../tags` (see [`super::model`] for how an object left untagged is known again).
+//! `PUT .../tags/{tag}`, one tag at a time, so that tags others add are never overwritten (see
+//! [`super::model`] for how an object left untagged is known again). Updates are conditional
+//! on the revision read, where Neutron offers it.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use openstack_sdk::api::network::v2::{network, subnet};
+use openstack_sdk::api::network::v2::{extension, network, subnet};
 use openstack_sdk::api::{ApiError, Pagination, QueryAsync, ignore, paged};
 use openstack_sdk::config::{CloudConfig, ConfigFile};
 use openstack_sdk::types::ServiceType;
@@ -131,6 +133,9 @@ pub struct Session {
     source: CloudSource,
     state: tokio::sync::Mutex<SessionState>,
     requests: BackendRequests,
+    /// Whether Neutron takes `If-Match: revision_number=N`, asked once (an upgraded Neutron
+    /// is asked again when the operator restarts).
+    if_match: tokio::sync::OnceCell<bool>,
 }
 
 #[derive(Default)]
@@ -148,6 +153,7 @@ impl Session {
             source,
             state: Default::default(),
             requests: BackendRequests::new(&metrics),
+            if_match: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -264,6 +270,36 @@ impl Session {
         }
     }
 
+    /// The `If-Match` header that makes a write of an object read at `revision` conditional,
+    /// where Neutron offers the `revision-if-match` extension: a 412 then says somebody
+    /// changed the object since, instead of our write overwriting their change unseen.
+    async fn if_match(&self, revision: Option<i64>) -> Result<Option<http::HeaderValue>, BackendError> {
+        let Some(revision) = revision else {
+            return Ok(None);
+        };
+        let offered = self
+            .if_match
+            .get_or_try_init(|| async {
+                let request = extension::get::Request::builder()
+                    .id("revision-if-match")
+                    .build()
+                    .map_err(|e| BackendError::Failed(e.to_string()))?;
+                let answer = self
+                    .send::<Value, _>("GET", "extensions", "asking for Neutron's extensions", request)
+                    .await;
+                match answer {
+                    Ok(_) => Ok(true),
+                    Err(BackendError::NotFound(_)) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(offered.then(|| {
+            http::HeaderValue::from_str(&format!("revision_number={revision}"))
+                .expect("a number is a header value")
+        }))
+    }
+
     /// Every network tagged with all of `tags` (and named `name`, when given).
     pub async fn list_networks(
         &self,
@@ -372,51 +408,88 @@ impl Session {
         self.send("POST", "subnets", "creating the subnet", request).await
     }
 
-    /// Sets a network's tags (all of them: `PUT` replaces the list).
-    pub async fn tag_network(&self, id: &str, tags: &[String]) -> Result<(), BackendError> {
-        let request = network::tag::replace::Request::builder()
+    /// Adds one tag to a network (`PUT .../tags/{tag}`): tags others put there stay, whatever
+    /// they became since we read them.
+    pub async fn add_network_tag(&self, id: &str, tag: &str) -> Result<(), BackendError> {
+        let request = network::tag::set::Request::builder()
             .network_id(id)
-            .tags(tags.iter().map(|t| t.as_str().into()).collect::<Vec<_>>())
+            .id(tag)
             .build()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
-        self.send::<Value, _>("PUT", "networks", "tagging the network", request)
+        self.send("PUT", "networks", "tagging the network", ignore(request))
             .await
-            .map(drop)
     }
 
-    /// Sets a subnet's tags (all of them: `PUT` replaces the list).
-    pub async fn tag_subnet(&self, id: &str, tags: &[String]) -> Result<(), BackendError> {
-        let request = subnet::tag::replace::Request::builder()
+    /// Removes one tag from a network; gone is fine.
+    pub async fn remove_network_tag(&self, id: &str, tag: &str) -> Result<(), BackendError> {
+        let request = network::tag::delete::Request::builder()
+            .network_id(id)
+            .id(tag)
+            .build()
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        gone_is_fine(
+            self.send("DELETE", "networks", "untagging the network", ignore(request))
+                .await,
+        )
+        .map(drop)
+    }
+
+    /// Adds one tag to a subnet, as [`Self::add_network_tag`].
+    pub async fn add_subnet_tag(&self, id: &str, tag: &str) -> Result<(), BackendError> {
+        let request = subnet::tag::set::Request::builder()
             .subnet_id(id)
-            .tags(tags.iter().map(|t| t.as_str().into()).collect::<Vec<_>>())
+            .id(tag)
             .build()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
-        self.send::<Value, _>("PUT", "subnets", "tagging the subnet", request)
+        self.send("PUT", "subnets", "tagging the subnet", ignore(request))
             .await
-            .map(drop)
     }
 
-    pub async fn rename_network(&self, id: &str, name: &str) -> Result<(), BackendError> {
-        let request = network::set::Request::builder()
-            .id(id)
-            .network(
-                network::set::NetworkBuilder::default()
-                    .name(name)
-                    .build()
-                    .map_err(|e| BackendError::Failed(e.to_string()))?,
-            )
+    /// Removes one tag from a subnet; gone is fine.
+    pub async fn remove_subnet_tag(&self, id: &str, tag: &str) -> Result<(), BackendError> {
+        let request = subnet::tag::delete::Request::builder()
+            .subnet_id(id)
+            .id(tag)
             .build()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
+        gone_is_fine(
+            self.send("DELETE", "subnets", "untagging the subnet", ignore(request))
+                .await,
+        )
+        .map(drop)
+    }
+
+    /// Renames a network read at `revision` (conditionally, see [`Self::if_match`]).
+    pub async fn rename_network(
+        &self,
+        id: &str,
+        name: &str,
+        revision: Option<i64>,
+    ) -> Result<(), BackendError> {
+        let mut request = network::set::Request::builder();
+        request.id(id).network(
+            network::set::NetworkBuilder::default()
+                .name(name)
+                .build()
+                .map_err(|e| BackendError::Failed(e.to_string()))?,
+        );
+        if let Some(value) = self.if_match(revision).await? {
+            request.header(http::header::IF_MATCH, value);
+        }
+        let request = request.build().map_err(|e| BackendError::Failed(e.to_string()))?;
         self.send::<Value, _>("PUT", "networks", "renaming the network", request)
             .await
             .map(drop)
     }
 
+    /// Sets a subnet read at `revision` to the desired name and gateway, and `pools` when
+    /// given (conditionally, see [`Self::if_match`]).
     pub async fn update_subnet(
         &self,
         id: &str,
         desired: &Desired,
         pools: Option<&[Pool]>,
+        revision: Option<i64>,
     ) -> Result<(), BackendError> {
         let mut fields = subnet::set::SubnetBuilder::default();
         fields
@@ -434,11 +507,14 @@ impl Session {
                 .collect();
             fields.allocation_pools(pools.map_err(|e| BackendError::Failed(e.to_string()))?);
         }
-        let request = subnet::set::Request::builder()
+        let mut request = subnet::set::Request::builder();
+        request
             .id(id)
-            .subnet(fields.build().map_err(|e| BackendError::Failed(e.to_string()))?)
-            .build()
-            .map_err(|e| BackendError::Failed(e.to_string()))?;
+            .subnet(fields.build().map_err(|e| BackendError::Failed(e.to_string()))?);
+        if let Some(value) = self.if_match(revision).await? {
+            request.header(http::header::IF_MATCH, value);
+        }
+        let request = request.build().map_err(|e| BackendError::Failed(e.to_string()))?;
         self.send::<Value, _>("PUT", "subnets", "updating the subnet", request)
             .await
             .map(drop)
@@ -509,7 +585,11 @@ fn by_status(status: u16, message: &str, detail: &str) -> BackendError {
                 "{message}; raise the project's quota (openstack quota set) or delete unused networks"
             ))
         }
-        409 | 412 => BackendError::Conflict(format!(
+        // A conditional write refused: the object changed since it was read.
+        412 => BackendError::Changed(format!(
+            "{message}; somebody changed the object since the operator read it: reading it again"
+        )),
+        409 => BackendError::Conflict(format!(
             "{message}; somebody changed the object at the same time, or it is in use: retrying"
         )),
         502..=504 => {

@@ -27,8 +27,9 @@ use sample_operator_api::ip::IpPrefix;
 use sample_operator_api::{Addressing, BackendReference, Network};
 
 use super::{BackendError, Ensured, NetworkBackend};
+use crate::network::metrics::OtherClusterNetworks;
 use client::{CloudSource, Session};
-use model::{Desired, NeutronNetwork, NeutronSubnet, Observed, Owner, Step};
+use model::{Desired, NeutronNetwork, NeutronSubnet, Observed, Owner, Retag, Step};
 use observations::Observations;
 
 /// `status.backend.provider` of Networks this backend holds.
@@ -41,6 +42,9 @@ pub struct NeutronConfig {
     /// Tags everything this operator creates, with the Network's UID, so that several clusters
     /// can share one OpenStack project.
     pub cluster_id: String,
+    /// Former identities of this cluster (`--adopt-cluster-id`): their networks are taken over
+    /// by the Networks of the same namespace and name, retagged without being created again.
+    pub adopt_cluster_ids: Vec<String>,
     /// How often Neutron is listed and compared with every Network.
     pub resync: Duration,
 }
@@ -49,6 +53,7 @@ pub struct NeutronConfig {
 pub struct Neutron {
     session: Arc<Session>,
     cluster_id: String,
+    adopt_cluster_ids: Vec<String>,
     observations: Arc<Observations>,
     _listing: ListingTask,
 }
@@ -63,6 +68,9 @@ impl Drop for ListingTask {
     }
 }
 
+/// How many resync listings apart the project's networks of other cluster ids are counted.
+const OTHERS_EVERY: u64 = 10;
+
 /// The first wait after a failed resync listing, doubled at each failure.
 const LISTING_RETRY: Duration = Duration::from_secs(1);
 
@@ -73,19 +81,33 @@ impl Neutron {
         config: NeutronConfig,
         metrics: Arc<crate::runtime::metrics::Metrics>,
     ) -> (Self, impl Stream<Item = ()> + Send + Sync + 'static) {
-        let session = Arc::new(Session::new(config.source, metrics));
+        let session = Arc::new(Session::new(config.source, metrics.clone()));
         let observations = Arc::new(Observations::default());
         let cluster_tag = model::cluster_tag(&config.cluster_id);
         let (resync_tx, resyncs) = futures::channel::mpsc::unbounded();
         // A task of its own: the stream a controller polls must be Sync, the SDK's futures are
         // not.
+        let others = OtherClusterNetworks::new(&metrics);
         let listing = tokio::spawn({
             let (session, observations) = (session.clone(), observations.clone());
+            let cluster_id = config.cluster_id.clone();
             async move {
                 let mut retry = LISTING_RETRY;
+                // Other cluster ids are counted after the second listing (the Networks have
+                // been reconciled once, so what was to be adopted is), then every
+                // OTHERS_EVERY listings: a list of the whole project, so not at every resync.
+                let mut listings: u64 = 0;
                 loop {
                     if observations.list(&session, &cluster_tag).await {
                         retry = LISTING_RETRY;
+                        listings += 1;
+                        if listings >= 2
+                            && (listings - 2) % OTHERS_EVERY == 0
+                            && !report_other_clusters(&session, &cluster_id, &others).await
+                        {
+                            // Try again at the next listing.
+                            listings -= 1;
+                        }
                         if resync_tx.unbounded_send(()).is_err() {
                             break;
                         }
@@ -103,6 +125,7 @@ impl Neutron {
         let backend = Self {
             session,
             cluster_id: config.cluster_id,
+            adopt_cluster_ids: config.adopt_cluster_ids,
             observations,
             _listing: ListingTask(listing),
         };
@@ -111,7 +134,8 @@ impl Neutron {
 
     fn owner(&self, network: &Network) -> Result<(Owner, String), BackendError> {
         let uid = network.uid().ok_or(BackendError::MissingObjectKey("uid"))?;
-        Ok((Owner::new(&self.cluster_id, &uid), uid))
+        let owner = Owner::new(&self.cluster_id, &uid).adopting(&self.adopt_cluster_ids);
+        Ok((owner, uid))
     }
 
     /// What Neutron holds of this Network, and whether that was asked just now: from the last
@@ -177,6 +201,44 @@ impl Neutron {
     }
 }
 
+/// Counts and names the networks of the project tagged for other cluster ids: another cluster
+/// sharing the project, or this cluster before a rebuild, whose networks are then orphans
+/// until adopted (`--adopt-cluster-id`) or deleted. One listing of the project's networks;
+/// returns whether it succeeded.
+async fn report_other_clusters(session: &Session, cluster_id: &str, gauge: &OtherClusterNetworks) -> bool {
+    let networks = match session.list_networks(&[], None).await {
+        Ok(networks) => networks,
+        Err(error) => {
+            tracing::warn!(%error, "listing the project's networks for other cluster ids; tried again after the next listing");
+            return false;
+        }
+    };
+    let mut by_cluster: std::collections::BTreeMap<&str, Vec<&NeutronNetwork>> = Default::default();
+    for network in &networks {
+        if let Some(id) = model::tagged_cluster_id(&network.tags)
+            && id != cluster_id
+        {
+            by_cluster.entry(id).or_default().push(network);
+        }
+    }
+    gauge.clear();
+    for (id, networks) in by_cluster {
+        gauge.set(id, networks.len());
+        let named: Vec<String> = networks
+            .iter()
+            .take(20)
+            .map(|n| format!("{} ({})", n.name, n.id))
+            .collect();
+        tracing::info!(
+            other_cluster_id = id,
+            networks = networks.len(),
+            first = ?named,
+            "Neutron networks of this project are tagged for another cluster id: another cluster's, left alone; if this cluster was rebuilt from that id, start with --adopt-cluster-id to take them over"
+        );
+    }
+    true
+}
+
 impl NetworkBackend for Neutron {
     async fn ensure(&self, network: &Network, addressing: &Addressing) -> Result<Ensured, BackendError> {
         let namespace = network
@@ -195,7 +257,18 @@ impl NetworkBackend for Neutron {
             observed = self.ask(&owner, Vec::new()).await?;
             steps = model::plan(&desired, &observed);
         }
-        let result = self.carry_out(&desired, &observed, &steps).await;
+        let mut result = self.carry_out(&desired, &observed, &steps).await;
+        if let Err(BackendError::Changed(message)) = &result {
+            // Somebody changed an object between our read and our conditional write: read it
+            // again and plan again, once. What they changed outside the fields a Network owns
+            // stays (no write sends it); an owned field they changed is set back, as any drift.
+            tracing::info!(network = %desired.name, %message, "changed in Neutron while the operator updated it; reading it again");
+            self.observations.wrote(&uid);
+            observed = self.ask(&owner, Vec::new()).await?;
+            steps = model::plan(&desired, &observed);
+            tracing::info!(network = %desired.name, ?steps, "planned again after the concurrent change");
+            result = self.carry_out(&desired, &observed, &steps).await;
+        }
         if !steps.is_empty() {
             // Even a failed attempt may have written: the next reconcile asks afresh.
             self.observations.wrote(&uid);
@@ -248,19 +321,20 @@ impl Neutron {
                 Step::CreateNetwork => {
                     let created = self.session.create_network(desired).await?;
                     tracing::info!(id = %created.id, name = %desired.name, "created the Neutron network");
-                    self.session
-                        .tag_network(&created.id, &desired.tags_for(&created.tags))
+                    self.retag_network(&created.id, &desired.owner.retag(&created.tags))
                         .await?;
                     subnet_id = Some(self.create_subnet(&created.id, desired).await?);
                     network_id = Some(created.id);
                 }
                 Step::TagNetwork { id } => {
                     let existing = observed.network.as_ref().map(|n| n.tags.as_slice());
-                    self.session
-                        .tag_network(id, &desired.tags_for(existing.unwrap_or_default()))
+                    self.retag_network(id, &desired.owner.retag(existing.unwrap_or_default()))
                         .await?;
                 }
-                Step::RenameNetwork { id } => self.session.rename_network(id, &desired.name).await?,
+                Step::RenameNetwork { id } => {
+                    let revision = observed.network.as_ref().and_then(|n| n.revision_number);
+                    self.session.rename_network(id, &desired.name, revision).await?
+                }
                 Step::CreateSubnet => {
                     let id = network_id
                         .as_deref()
@@ -270,10 +344,17 @@ impl Neutron {
                 Step::TagSubnet { id } => {
                     let existing = observed.subnets.iter().find(|s| &s.id == id);
                     let existing = existing.map(|s| s.tags.as_slice()).unwrap_or_default();
-                    self.session.tag_subnet(id, &desired.tags_for(existing)).await?;
+                    self.retag_subnet(id, &desired.owner.retag(existing)).await?;
                 }
                 Step::UpdateSubnet { id, pools } => {
-                    self.session.update_subnet(id, desired, pools.as_deref()).await?
+                    let revision = observed
+                        .subnets
+                        .iter()
+                        .find(|s| &s.id == id)
+                        .and_then(|s| s.revision_number);
+                    self.session
+                        .update_subnet(id, desired, pools.as_deref(), revision)
+                        .await?
                 }
                 Step::DeleteSubnet { id } => {
                     self.session.delete_subnet(id).await?;
@@ -290,9 +371,31 @@ impl Neutron {
     /// Creates the subnet and tags it; returns its id.
     async fn create_subnet(&self, network_id: &str, desired: &Desired) -> Result<String, BackendError> {
         let created = self.session.create_subnet(network_id, desired).await?;
-        self.session
-            .tag_subnet(&created.id, &desired.tags_for(&created.tags))
+        self.retag_subnet(&created.id, &desired.owner.retag(&created.tags))
             .await?;
         Ok(created.id)
+    }
+
+    /// Adds and removes a network's tags, one request each, ours first: an object interrupted
+    /// half-way is already ours.
+    async fn retag_network(&self, id: &str, retag: &Retag) -> Result<(), BackendError> {
+        for tag in &retag.add {
+            self.session.add_network_tag(id, tag).await?;
+        }
+        for tag in &retag.remove {
+            self.session.remove_network_tag(id, tag).await?;
+        }
+        Ok(())
+    }
+
+    /// As [`Self::retag_network`], for a subnet.
+    async fn retag_subnet(&self, id: &str, retag: &Retag) -> Result<(), BackendError> {
+        for tag in &retag.add {
+            self.session.add_subnet_tag(id, tag).await?;
+        }
+        for tag in &retag.remove {
+            self.session.remove_subnet_tag(id, tag).await?;
+        }
+        Ok(())
     }
 }

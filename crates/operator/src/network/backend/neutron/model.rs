@@ -29,6 +29,10 @@ pub const MAX_NAME: usize = 255;
 pub struct Owner {
     pub cluster_tag: String,
     pub network_tag: String,
+    /// Cluster tags of identities this cluster takes over (`--adopt-cluster-id`): an object of
+    /// the Network's name tagged with one of them is the same Network of the cluster before a
+    /// rebuild, and is retagged instead of created again.
+    pub adopted: Vec<String>,
 }
 
 impl Owner {
@@ -36,7 +40,38 @@ impl Owner {
         Self {
             cluster_tag: cluster_tag(cluster_id),
             network_tag: format!("{NETWORK_TAG}{network_uid}"),
+            adopted: Vec::new(),
         }
+    }
+
+    /// This owner, also claiming objects tagged for the cluster ids in `adopt`.
+    pub fn adopting(mut self, adopt: &[String]) -> Self {
+        self.adopted = adopt.iter().map(|id| cluster_tag(id)).collect();
+        self
+    }
+
+    /// Whether an object is tagged for a cluster id this cluster takes over.
+    pub fn adoptable(&self, tags: &[String]) -> bool {
+        self.adopted.iter().any(|t| tags.contains(t))
+    }
+
+    /// The tag changes that make an object ours: our tags added, and an adopted object's tags
+    /// of its former cluster and Network removed. Tags anybody else put there stay.
+    pub fn retag(&self, existing: &[String]) -> Retag {
+        let ours = self.tags();
+        let add = ours.iter().filter(|t| !existing.contains(t)).cloned().collect();
+        let remove = if self.adoptable(existing) {
+            existing
+                .iter()
+                .filter(|t| {
+                    self.adopted.contains(t) || (t.starts_with(NETWORK_TAG) && **t != self.network_tag)
+                })
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Retag { add, remove }
     }
 
     /// The tags an owned object carries.
@@ -57,10 +92,29 @@ impl Owner {
         )
     }
 
-    /// Whether an object is this Network's: tagged as ours, or created by us and not yet tagged.
+    /// Whether an object is this Network's: tagged as ours, created by us and not yet tagged,
+    /// or tagged for a cluster id this cluster adopts (the caller has matched its name).
     pub fn claims(&self, tags: &[String], description: Option<&str>) -> bool {
-        self.owns(tags) || description == Some(self.marker().as_str())
+        self.owns(tags) || description == Some(self.marker().as_str()) || self.adoptable(tags)
     }
+}
+
+/// Tags to add to an object and to remove from it, one request each.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Retag {
+    pub add: Vec<String>,
+    pub remove: Vec<String>,
+}
+
+impl Retag {
+    pub fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// The cluster id an object is tagged for, if any.
+pub fn tagged_cluster_id(tags: &[String]) -> Option<&str> {
+    tags.iter().find_map(|t| t.strip_prefix(CLUSTER_TAG))
 }
 
 pub fn cluster_tag(cluster_id: &str) -> String {
@@ -243,7 +297,8 @@ pub struct Desired {
     pub name: String,
     pub prefix: IpPrefix,
     pub gateway: IpAddr,
-    pub tags: Vec<String>,
+    /// Whose the objects are: their tags.
+    pub owner: Owner,
     /// The description objects are created with ([`Owner::marker`]).
     pub description: String,
 }
@@ -254,21 +309,9 @@ impl Desired {
             name: neutron_name(namespace, name),
             prefix: addressing.prefix,
             gateway: addressing.gateway,
-            tags: owner.tags(),
+            owner: owner.clone(),
             description: owner.marker(),
         }
-    }
-
-    /// Whether an object carries every tag of ours.
-    pub fn tagged(&self, tags: &[String]) -> bool {
-        self.tags.iter().all(|t| tags.contains(t))
-    }
-
-    /// An object's tags with ours added: tags somebody else put there stay.
-    pub fn tags_for(&self, existing: &[String]) -> Vec<String> {
-        let mut tags = existing.to_vec();
-        tags.extend(self.tags.iter().filter(|t| !existing.contains(t)).cloned());
-        tags
     }
 
     pub fn ip_version(&self) -> u8 {
@@ -302,7 +345,7 @@ pub fn neutron_name(namespace: &str, name: &str) -> String {
 pub enum Step {
     /// Create the network, tag it, then create and tag its subnet.
     CreateNetwork,
-    /// Add our tags to a network we created but could not tag.
+    /// Add our tags to a network we created but could not tag, or retag an adopted one.
     TagNetwork {
         id: String,
     },
@@ -311,7 +354,7 @@ pub enum Step {
     },
     /// Create the subnet on the existing network, and tag it.
     CreateSubnet,
-    /// Add our tags to a subnet we created but could not tag.
+    /// Add our tags to a subnet we created but could not tag, or retag an adopted one.
     TagSubnet {
         id: String,
     },
@@ -353,14 +396,16 @@ fn network_steps(desired: &Desired, observed: &Observed) -> Vec<Step> {
     let Some(network) = &observed.network else {
         return vec![Step::CreateNetwork];
     };
+    // Updates go before tags: a tag changes the object's revision, which an update is
+    // conditional on.
     let mut steps = Vec::new();
-    if !desired.tagged(&network.tags) {
-        steps.push(Step::TagNetwork {
+    if network.name != desired.name {
+        steps.push(Step::RenameNetwork {
             id: network.id.clone(),
         });
     }
-    if network.name != desired.name {
-        steps.push(Step::RenameNetwork {
+    if !desired.owner.retag(&network.tags).is_empty() {
+        steps.push(Step::TagNetwork {
             id: network.id.clone(),
         });
     }
@@ -373,11 +418,6 @@ fn network_steps(desired: &Desired, observed: &Observed) -> Vec<Step> {
         .collect();
     match keep {
         Some(subnet) => {
-            if !desired.tagged(&subnet.tags) {
-                steps.push(Step::TagSubnet {
-                    id: subnet.id.clone(),
-                });
-            }
             let gateway = subnet.gateway_ip.as_deref().and_then(parse_ip);
             if gateway != Some(desired.gateway) || subnet.name != desired.name {
                 let pools = (gateway != Some(desired.gateway))
@@ -386,6 +426,11 @@ fn network_steps(desired: &Desired, observed: &Observed) -> Vec<Step> {
                 steps.push(Step::UpdateSubnet {
                     id: subnet.id.clone(),
                     pools,
+                });
+            }
+            if !desired.owner.retag(&subnet.tags).is_empty() {
+                steps.push(Step::TagSubnet {
+                    id: subnet.id.clone(),
                 });
             }
             steps.extend(stale.iter().map(|s| Step::DeleteSubnet { id: s.id.clone() }));
@@ -705,14 +750,13 @@ mod tests {
                 Step::TagSubnet { id: "s1".into() }
             ]
         );
-        // Tags somebody added stay.
+        // Ours are added one by one; tags somebody added are neither sent nor removed.
         assert_eq!(
-            d.tags_for(&["someone's".into()]),
-            [
-                "someone's".to_owned(),
-                o.cluster_tag.clone(),
-                o.network_tag.clone()
-            ]
+            o.retag(&["someone's".into(), o.cluster_tag.clone()]),
+            Retag {
+                add: vec![o.network_tag.clone()],
+                remove: vec![]
+            }
         );
         // A tagged network is preferred over one only marked; the marked one is surplus.
         let mut marked_too = network("n3", "team-a/blue", vec![]);
@@ -721,6 +765,73 @@ mod tests {
         let observed = Observed::pick(&o, &[marked_too, tagged], &[]);
         assert_eq!(observed.network.unwrap().id, "n4");
         assert_eq!(observed.surplus_networks, ["n3"]);
+    }
+
+    #[test]
+    fn an_adopted_network_of_the_name_is_retagged_and_others_stay_foreign() {
+        let o = owner().adopting(&["old".into()]);
+        let old_tags = vec![
+            cluster_tag("old"),
+            format!("{NETWORK_TAG}uid-before-the-rebuild"),
+            "someone's".into(),
+        ];
+        assert!(o.claims(&old_tags, None));
+        assert!(!owner().claims(&old_tags, None), "only when adopting");
+        let other_cluster = vec![cluster_tag("c9"), format!("{NETWORK_TAG}uid-9")];
+        assert!(!o.claims(&other_cluster, None));
+        assert_eq!(tagged_cluster_id(&other_cluster), Some("c9"));
+        assert_eq!(
+            o.retag(&old_tags),
+            Retag {
+                add: o.tags(),
+                remove: vec![cluster_tag("old"), format!("{NETWORK_TAG}uid-before-the-rebuild")]
+            }
+        );
+        // Same Network UID (a changed --cluster-id on the same cluster): only the cluster tag.
+        let same_uid = vec![cluster_tag("old"), o.network_tag.clone()];
+        assert_eq!(
+            o.retag(&same_uid),
+            Retag {
+                add: vec![o.cluster_tag.clone()],
+                remove: vec![cluster_tag("old")]
+            }
+        );
+        let d = Desired::new("team-a", "blue", &addressing("10.1.0.0/24", "10.1.0.1"), &o);
+        let mut subnet = subnet("s1", "10.1.0.0/24", "10.1.0.1");
+        subnet.tags = old_tags.clone();
+        let observed = Observed::pick(&o, &[network("n1", "team-a/blue", old_tags)], &[subnet]);
+        assert_eq!(
+            plan(&d, &observed),
+            vec![
+                Step::TagNetwork { id: "n1".into() },
+                Step::TagSubnet { id: "s1".into() }
+            ]
+        );
+    }
+
+    #[test]
+    fn updates_go_before_tags_whose_change_moves_the_revision() {
+        let o = owner();
+        let mut n = network("n1", "renamed", vec![]);
+        n.description = Some(o.marker());
+        let mut s = subnet("s1", "10.1.0.0/24", "10.1.0.1");
+        s.tags = vec![];
+        s.description = Some(o.marker());
+        let steps = plan(
+            &desired("10.1.0.0/24", "10.1.0.9"),
+            &Observed::pick(&o, &[n], &[s]),
+        );
+        let kinds: Vec<&str> = steps
+            .iter()
+            .map(|s| match s {
+                Step::RenameNetwork { .. } => "rename",
+                Step::TagNetwork { .. } => "tag network",
+                Step::UpdateSubnet { .. } => "update subnet",
+                Step::TagSubnet { .. } => "tag subnet",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["rename", "tag network", "update subnet", "tag subnet"]);
     }
 
     #[test]
