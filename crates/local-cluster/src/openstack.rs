@@ -37,6 +37,9 @@ pub const REGION: &str = "RegionOne";
 /// How long neutron-server trusts a token it has checked with Keystone (the default is 300 s):
 /// a test that revokes a token waits that long, and a check costs a third of a request.
 pub const TOKEN_CACHE_SECONDS: u64 = 10;
+/// How long Keystone's tokens last: two minutes instead of an hour, so that every test that
+/// runs longer sees its clients renew them, and one test runs past several.
+pub const TOKEN_LIFETIME_SECONDS: u64 = 120;
 /// The clouds of `clouds.yaml`.
 pub const CLOUD: &str = "sample-operator";
 pub const PASSWORD_CLOUD: &str = "sample-operator-password";
@@ -685,7 +688,7 @@ fn write_keystone_config(dir: &Path) -> Result<PathBuf> {
     }
     let text = format!(
         "[database]\nconnection = sqlite:///{db}\n\n\
-         [token]\nprovider = fernet\n\n\
+         [token]\nprovider = fernet\nexpiration = {TOKEN_LIFETIME_SECONDS}\n\n\
          [fernet_tokens]\nkey_repository = {keys}\n\n\
          [fernet_receipts]\nkey_repository = {keys}\n\n\
          [credential]\nkey_repository = {credentials}\n",

@@ -15,7 +15,9 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 // The test bed's clouds: the operator's (an application credential of a member of the
 // project), that member's password, and the admin, who plays the people editing Neutron.
-use local_cluster::openstack::{ADMIN_CLOUD, CLOUD, PASSWORD_CLOUD, TOKEN_CACHE_SECONDS};
+use local_cluster::openstack::{
+    ADMIN_CLOUD, CLOUD, PAGE_LIMIT, PASSWORD_CLOUD, TOKEN_CACHE_SECONDS, TOKEN_LIFETIME_SECONDS,
+};
 use local_cluster::testing::{self, TestNamespace};
 use sample_operator::ControllerName;
 use sample_operator::network::BackendConfig;
@@ -44,22 +46,16 @@ struct NeutronOperator {
 impl NeutronOperator {
     /// On `namespace`, whose name is also the cluster id.
     async fn start(namespace: &str, source: CloudSource) -> Self {
-        Self::start_as(namespace, source, namespace, &[]).await
+        Self::start_with(namespace, settings(source, namespace)).await
     }
 
-    /// On `namespace` as the cluster `cluster_id`, adopting `adopt`.
-    async fn start_as(namespace: &str, source: CloudSource, cluster_id: &str, adopt: &[&str]) -> Self {
+    async fn start_with(namespace: &str, neutron: NeutronConfig) -> Self {
         let telemetry = Telemetry::new(RequestCounter::default());
         let client = RequestCounter::default()
             .client(operator_config(&testing::client().await).await)
             .expect("operator client");
         let mut config = config(Some(namespace), &[ControllerName::Network]);
-        config.network.backend = BackendConfig::Neutron(NeutronConfig {
-            source,
-            cluster_id: cluster_id.to_owned(),
-            adopt_cluster_ids: adopt.iter().map(|id| id.to_string()).collect(),
-            resync: RESYNC,
-        });
+        config.network.backend = BackendConfig::Neutron(neutron);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(sample_operator::run_with(
             client,
@@ -93,6 +89,16 @@ impl NeutronOperator {
             .await
             .expect("the operator stops within 30s")
             .expect("the operator task does not panic");
+    }
+}
+
+/// The backend's settings in tests: the cluster `cluster_id`, resyncing every [`RESYNC`].
+fn settings(source: CloudSource, cluster_id: &str) -> NeutronConfig {
+    NeutronConfig {
+        source,
+        cluster_id: cluster_id.to_owned(),
+        adopt_cluster_ids: Vec::new(),
+        resync: RESYNC,
     }
 }
 
@@ -667,10 +673,18 @@ async fn wrong_credentials_then_a_quota_then_a_revoked_token_are_reported_and_re
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A thousand Networks against a neutron-server that answers at most
+/// [`PAGE_LIMIT`](local_cluster::openstack::PAGE_LIMIT) items a list: they converge with the
+/// writes each needs, a resync pages through all of them with lists only, and a restart over
+/// them writes nothing. Counted in neutron-server's own access log.
 #[tokio::test]
-async fn two_hundred_networks_converge_and_a_restart_over_them_writes_nothing() {
-    const N: usize = 200;
-    let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-200", Bed::Shared).await;
+async fn a_thousand_networks_converge_page_through_resyncs_and_a_restart_over_them_writes_nothing() {
+    const N: usize = 1000;
+    // Pages of one listing of the cluster's N networks (or subnets): a full last page is
+    // followed by an empty one.
+    let pages = N / PAGE_LIMIT + 1;
+    let resync = Duration::from_secs(20);
+    let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-1000", Bed::Shared).await;
     for i in 0..N {
         let (hi, lo) = (i / 256, i % 256);
         api.create(
@@ -684,8 +698,13 @@ async fn two_hundred_networks_converge_and_a_restart_over_them_writes_nothing() 
         .await
         .unwrap();
     }
+    let mut log = AccessLog::from_now(&bed, &ns.name);
     let started = Instant::now();
-    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
+    let neutron = NeutronConfig {
+        resync,
+        ..settings(source(bed.clouds_yaml(), CLOUD), &ns.name)
+    };
+    let operator = NeutronOperator::start_with(&ns.name, neutron.clone()).await;
     let all_synced = || async {
         let networks = api.list(&Default::default()).await.unwrap().items;
         networks
@@ -693,42 +712,100 @@ async fn two_hundred_networks_converge_and_a_restart_over_them_writes_nothing() 
             .all(|n| ready_reason(n) == Some(("True".into(), "Synced".into())))
             .then_some(())
     };
-    eventually_long("200 Networks synced", all_synced).await;
+    eventually_long("1,000 Networks synced", all_synced).await;
     let converged = started.elapsed();
-    let writes = operator.writes();
+    let sent = log.take();
+    let count = |method: &str, prefix: &str| {
+        sent.iter()
+            .filter(|r| r.method == method && r.target.starts_with(prefix) && !r.target.contains("/tags/"))
+            .count()
+    };
+    let tag_puts = sent
+        .iter()
+        .filter(|r| r.method == "PUT" && r.target.contains("/tags/"))
+        .count();
+    let (lists, report, per_network) =
+        sent.iter()
+            .filter(|r| r.method == "GET")
+            .fold((0, 0, 0), |(l, rep, p), r| match r.kind(&ns.name) {
+                Kind::Listing => (l + 1, rep, p),
+                Kind::Report => (l, rep + 1, p),
+                Kind::PerNetwork => (l, rep, p + 1),
+            });
     eprintln!(
-        "neutron: {N} Networks converged in {converged:.1?} with {writes} writes and {} GETs",
-        operator.requests(&["GET"])
+        "neutron: {N} Networks converged in {converged:.1?}: {} requests in neutron-server's log, {} writes, {lists} listing pages, {report} for other cluster ids, {per_network} GETs of one Network",
+        sent.len(),
+        sent.iter().filter(|r| r.method != "GET").count(),
+    );
+    assert!(sent.iter().all(|r| r.status < 300), "every request succeeded");
+    // The writes a Network needs, and no more: Neutron takes no tags in a create, so each
+    // object is created, then tagged twice.
+    assert_eq!(count("POST", "/v2.0/networks"), N);
+    assert_eq!(count("POST", "/v2.0/subnets"), N);
+    assert_eq!(tag_puts, 4 * N);
+    assert_eq!(
+        sent.iter().filter(|r| r.method != "GET").count(),
+        6 * N,
+        "nothing else is written"
+    );
+    // Before a create, one look by name; a Network written while a resync's listing was on
+    // its way looks again once.
+    assert!(
+        per_network <= 2 * N,
+        "{per_network} GETs of one Network for {N} creates"
     );
     let listed = admin
         .list_networks(&[model::cluster_tag(&ns.name)], None)
         .await
         .unwrap();
-    assert_eq!(listed.len(), N);
+    assert_eq!(listed.len(), N, "the SDK follows every page");
 
-    // A steady resync over them: lists only. On a loaded machine the reconciles that follow the
-    // last status writes (each asks Neutron about its one Network) may still be running: first
-    // a resync interval with nothing but the resync's own two lists.
-    eventually("only the resync lists Neutron", || async {
-        let before = operator.requests(&["GET"]);
-        tokio::time::sleep(RESYNC + Duration::from_millis(500)).await;
-        (operator.requests(&["GET"]) - before <= 4).then_some(())
-    })
-    .await;
-    let gets = operator.requests(&["GET"]);
-    tokio::time::sleep(RESYNC * 2 + Duration::from_millis(500)).await;
-    let resync_gets = operator.requests(&["GET"]) - gets;
-    eprintln!("neutron: two resyncs over {N} Networks sent {resync_gets} GETs and no write");
-    assert!(
-        resync_gets <= 8,
-        "{resync_gets} GETs: one list per kind per resync, not per Network"
+    // A steady resync over them: one paged list per kind, and no write.
+    // On a loaded machine the reconciles after the last status writes may still be asking:
+    // first a resync interval with nothing but listings.
+    let quiet = Instant::now();
+    loop {
+        tokio::time::sleep(resync + Duration::from_secs(1)).await;
+        let window = log.take();
+        if window
+            .iter()
+            .all(|r| r.method == "GET" && r.kind(&ns.name) != Kind::PerNetwork)
+        {
+            break;
+        }
+        assert!(
+            quiet.elapsed() < Duration::from_secs(300),
+            "no quiet resync: {window:?}"
+        );
+    }
+    tokio::time::sleep(resync * 2).await;
+    let window = log.take();
+    let listing_pages = window
+        .iter()
+        .filter(|r| r.kind(&ns.name) == Kind::Listing)
+        .count();
+    eprintln!(
+        "neutron: two resyncs over {N} Networks sent {} requests ({listing_pages} listing pages)",
+        window.len()
     );
-    assert_eq!(operator.writes(), writes);
+    assert!(
+        window.iter().all(|r| r.method == "GET"),
+        "a steady resync writes nothing"
+    );
+    assert!(
+        window.iter().all(|r| r.kind(&ns.name) != Kind::PerNetwork),
+        "no Network asks on its own: {window:?}"
+    );
+    assert!(
+        (2 * pages..=3 * 2 * pages).contains(&listing_pages),
+        "{listing_pages} pages: two or three resyncs of two paged lists of {pages} pages each"
+    );
 
     // Restarted: every Network is reconciled again, and nothing is written.
     operator.stop().await;
-    let operator = NeutronOperator::start(&ns.name, source(bed.clouds_yaml(), CLOUD)).await;
-    eventually("the restarted operator reconciled every Network", || async {
+    let restarted = Instant::now();
+    let operator = NeutronOperator::start_with(&ns.name, neutron).await;
+    eventually_long("the restarted operator reconciled every Network", || async {
         let metrics = operator.telemetry.metrics.render();
         let reconciles = metric_sum(
             &metrics,
@@ -742,21 +819,119 @@ async fn two_hundred_networks_converge_and_a_restart_over_them_writes_nothing() 
         (reconciles >= N as f64).then_some(())
     })
     .await;
-    assert_eq!(
-        operator.writes(),
-        0,
+    let reconciled = restarted.elapsed();
+    let window = log.take();
+    eprintln!(
+        "neutron: the restart over {N} Networks reconciled them in {reconciled:.1?} with {} requests to neutron-server",
+        window.len()
+    );
+    assert!(
+        window.iter().all(|r| r.method == "GET"),
         "a restart over converged Networks writes nothing"
     );
-    eprintln!(
-        "neutron: the restart over {N} Networks sent {} GETs",
-        operator.requests(&["GET"])
+    assert!(
+        window
+            .iter()
+            .filter(|r| r.kind(&ns.name) == Kind::PerNetwork)
+            .count()
+            <= N / 10,
+        "the restart reconciles from the listing, not Network by Network"
     );
     let deleting = Instant::now();
     finish(&api, operator, ns).await;
     eprintln!("neutron: {N} Networks deleted in {:.1?}", deleting.elapsed());
 }
 
-/// [`eventually`] with room for 200 Networks created or deleted by one neutron-server worker.
+/// neutron-server's own access log (gunicorn's), read for the requests of one operator: those
+/// whose `User-Agent` names its cluster.
+struct AccessLog {
+    path: PathBuf,
+    agent: String,
+    from: u64,
+}
+
+/// One request of the access log.
+#[derive(Debug)]
+struct Logged {
+    method: String,
+    target: String,
+    status: u16,
+}
+
+/// What a GET of the operator's is for.
+#[derive(Debug, PartialEq, Eq)]
+enum Kind {
+    /// A page of the resync's listing of the cluster's networks or subnets.
+    Listing,
+    /// A page of the project's networks, read for other cluster ids.
+    Report,
+    /// About one Network.
+    PerNetwork,
+}
+
+impl Logged {
+    fn kind(&self, cluster_id: &str) -> Kind {
+        let cluster = format!("tags=sample-operator.cluster%3D{cluster_id}");
+        let (path, query) = self.target.split_once('?').unwrap_or((&self.target, ""));
+        let of_one = query.contains("sample-operator.network")
+            || query.contains("name=")
+            || query.contains("network_id=");
+        if matches!(path, "/v2.0/networks" | "/v2.0/subnets") && query.contains(&cluster) && !of_one {
+            Kind::Listing
+        } else if path == "/v2.0/networks"
+            && !query.contains("tags=")
+            && !of_one
+            && !query.contains("description=")
+        {
+            Kind::Report
+        } else {
+            Kind::PerNetwork
+        }
+    }
+}
+
+impl AccessLog {
+    /// The operator of `cluster_id`'s requests from now on.
+    fn from_now(bed: &local_cluster::openstack::OpenStack, cluster_id: &str) -> Self {
+        let path = bed.logs_dir().join("neutron-server.log");
+        let from = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        Self {
+            path,
+            agent: format!("cluster/{cluster_id}\""),
+            from,
+        }
+    }
+
+    /// The requests logged since the last take.
+    fn take(&mut self) -> Vec<Logged> {
+        use std::io::{Read, Seek};
+        let mut file = std::fs::File::open(&self.path).unwrap();
+        file.seek(std::io::SeekFrom::Start(self.from)).unwrap();
+        let mut text = String::new();
+        file.read_to_string(&mut text).unwrap();
+        // A line still being written waits for the next take.
+        let complete = text.rfind('\n').map_or(0, |end| end + 1);
+        self.from += complete as u64;
+        text[..complete]
+            .lines()
+            .filter(|line| line.ends_with(&self.agent))
+            .filter_map(|line| {
+                // host - - [time] "METHOD target HTTP/1.1" status size "referer" "agent"
+                let mut quoted = line.split('"');
+                let request = quoted.nth(1)?;
+                let status = quoted.next()?.split_whitespace().next()?.parse().ok()?;
+                let mut request = request.split_whitespace();
+                Some(Logged {
+                    method: request.next()?.to_owned(),
+                    target: request.next()?.to_owned(),
+                    status,
+                })
+            })
+            .collect()
+    }
+}
+
+/// [`eventually`] with room for 1,000 Networks created or deleted by one neutron-server worker.
 async fn eventually_long<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
@@ -765,8 +940,8 @@ where
     let start = Instant::now();
     while check().await.is_none() {
         assert!(
-            start.elapsed() < Duration::from_secs(600),
-            "{what}: not within 10 minutes"
+            start.elapsed() < Duration::from_secs(900),
+            "{what}: not within 15 minutes"
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -1207,12 +1382,7 @@ async fn a_deposed_leader_sends_nothing_to_neutron_after_its_lease_could_have_ex
     let relayed_file = relayed_clouds(&bed, &recorder, &ns.name);
     let replica_config = |clouds: PathBuf| {
         let mut run = config(Some(&ns.name), &[ControllerName::Network]);
-        run.network.backend = BackendConfig::Neutron(NeutronConfig {
-            source: source(clouds, CLOUD),
-            cluster_id: ns.name.clone(),
-            adopt_cluster_ids: Vec::new(),
-            resync: RESYNC,
-        });
+        run.network.backend = BackendConfig::Neutron(settings(source(clouds, CLOUD), &ns.name));
         run
     };
 
@@ -1567,6 +1737,7 @@ async fn a_concurrent_edit_refuses_the_conditional_update_which_reads_again_and_
     let reference = synced.status.unwrap().backend.unwrap();
     let (network_id, subnet_id) = (reference.id, reference.subnet_id.unwrap());
     let sent = recorder.since(std::time::UNIX_EPOCH);
+    eprintln!("SENT {sent:#?}");
     let tag_puts: Vec<&String> = sent
         .iter()
         .filter(|l| l.starts_with("PUT ") && l.contains("/tags"))
@@ -1636,7 +1807,8 @@ async fn a_concurrent_edit_refuses_the_conditional_update_which_reads_again_and_
 async fn a_rebuilt_cluster_adopts_its_old_networks_without_creating_them_again() {
     let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-adopt", Bed::Shared).await;
     let (old_id, new_id) = (format!("{}-old", ns.name), format!("{}-new", ns.name));
-    let old = NeutronOperator::start_as(&ns.name, source(bed.clouds_yaml(), CLOUD), &old_id, &[]).await;
+    let old =
+        NeutronOperator::start_with(&ns.name, settings(source(bed.clouds_yaml(), CLOUD), &old_id)).await;
     for (name, third) in [("kept", 1), ("orphan", 2)] {
         api.create(
             &PostParams::default(),
@@ -1685,8 +1857,14 @@ async fn a_rebuilt_cluster_adopts_its_old_networks_without_creating_them_again()
     .await
     .unwrap();
 
-    let new =
-        NeutronOperator::start_as(&ns.name, source(bed.clouds_yaml(), CLOUD), &new_id, &[&old_id]).await;
+    let new = NeutronOperator::start_with(
+        &ns.name,
+        NeutronConfig {
+            adopt_cluster_ids: vec![old_id.clone()],
+            ..settings(source(bed.clouds_yaml(), CLOUD), &new_id)
+        },
+    )
+    .await;
     let adopted = wait_reason(&api, "kept", "Synced").await;
     let reference = adopted.status.as_ref().unwrap().backend.clone().unwrap();
     assert_eq!(reference.id, before[0].id, "the same network, not a new one");
@@ -1725,4 +1903,75 @@ async fn a_rebuilt_cluster_adopts_its_old_networks_without_creating_them_again()
 
     finish(&api, new, ns).await;
     admin.delete_network(&before[1].id).await.unwrap();
+}
+
+/// The test bed's Keystone issues tokens for [`TOKEN_LIFETIME_SECONDS`]: an operator running
+/// past two of their lifetimes (listing Neutron every few seconds, and syncing a Network at
+/// the end) renews each token before it expires, on its own: no restart, no failed request or
+/// reconcile, and about one token a lifetime, counted as they leave for Keystone.
+#[tokio::test]
+async fn tokens_are_renewed_before_they_expire_without_a_failed_request() {
+    let Scene(_, bed, _hold, _, ns, api) = Scene::new("neutron-tokens", Bed::Shared).await;
+    let keystone_url = bed.keystone_url();
+    let keystone = RequestRecorder::start(
+        keystone_url
+            .trim_start_matches("http://")
+            .trim_end_matches("/v3")
+            .parse()
+            .unwrap(),
+    )
+    .await;
+    let mut clouds: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(bed.clouds_yaml()).unwrap()).unwrap();
+    clouds["clouds"][CLOUD]["auth"]["auth_url"] = format!("http://127.0.0.1:{}/v3", keystone.port).into();
+    let clouds_file = std::env::temp_dir().join(format!("{}-clouds.yaml", ns.name));
+    testing::write_private(&clouds_file, &serde_yaml::to_string(&clouds).unwrap()).unwrap();
+
+    let started = std::time::SystemTime::now();
+    let operator = NeutronOperator::start(&ns.name, source(clouds_file.clone(), CLOUD)).await;
+    api.create(
+        &PostParams::default(),
+        &network("early", "10.71.1.0/24", "10.71.1.1"),
+    )
+    .await
+    .unwrap();
+    wait_reason(&api, "early", "Synced").await;
+    let lifetime = Duration::from_secs(TOKEN_LIFETIME_SECONDS);
+    tokio::time::sleep(lifetime * 2 + Duration::from_secs(15)).await;
+    api.create(
+        &PostParams::default(),
+        &network("late", "10.71.2.0/24", "10.71.2.1"),
+    )
+    .await
+    .unwrap();
+    wait_reason(&api, "late", "Synced").await;
+    let elapsed = started.elapsed().unwrap();
+
+    let tokens = keystone
+        .since(started)
+        .iter()
+        .filter(|line| line.starts_with("POST /v3/auth/tokens"))
+        .count();
+    // One token to start, then one each time three quarters of a lifetime have passed: at
+    // least one a lifetime (none used past its expiry), and no more than renewals need.
+    let at_least = (elapsed.as_secs_f64() / lifetime.as_secs_f64()).ceil() as usize;
+    let at_most = (elapsed.as_secs_f64() / (lifetime.as_secs_f64() * 0.75)) as usize + 1;
+    eprintln!("neutron: {tokens} tokens in {elapsed:.0?} of {lifetime:?} tokens");
+    assert!(
+        (at_least..=at_most).contains(&tokens),
+        "{tokens} tokens in {elapsed:?}: between {at_least} and {at_most}"
+    );
+    let metrics = operator.telemetry.metrics.render();
+    let requests = metric_sum(&metrics, BACKEND_REQUESTS, &[]);
+    let ok = metric_sum(&metrics, BACKEND_REQUESTS, &[("result", "ok")]);
+    assert!(requests > 20.0, "the operator kept asking Neutron: {requests}");
+    assert_eq!(requests, ok, "every request succeeded:\n{metrics}");
+    let errors = metric_sum(
+        &metrics,
+        "controller_runtime_reconcile_total",
+        &[("result", "error")],
+    );
+    assert_eq!(errors, 0.0, "no reconcile failed");
+    finish(&api, operator, ns).await;
+    let _ = std::fs::remove_file(clouds_file);
 }

@@ -30,6 +30,13 @@ use crate::network::metrics::BackendRequests;
 use crate::runtime::metrics::Metrics;
 use std::sync::Arc;
 
+/// The kinds of object this backend tags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tagged {
+    Network,
+    Subnet,
+}
+
 /// Where the cloud's configuration comes from, as every OpenStack tool takes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CloudSource {
@@ -136,6 +143,8 @@ pub struct Session {
     /// Whether Neutron takes `If-Match: revision_number=N`, asked once (an upgraded Neutron
     /// is asked again when the operator restarts).
     if_match: tokio::sync::OnceCell<bool>,
+    /// Names the operator and its cluster in neutron-server's access log.
+    agent: http::HeaderValue,
 }
 
 #[derive(Default)]
@@ -148,12 +157,19 @@ struct SessionState {
 
 impl Session {
     pub fn new(source: CloudSource, metrics: Arc<Metrics>) -> Self {
+        Self::for_cluster(source, metrics, None)
+    }
+
+    /// A session whose requests name `cluster_id` in their `User-Agent`, so that a cloud's
+    /// operators can tell which cluster sent what.
+    pub fn for_cluster(source: CloudSource, metrics: Arc<Metrics>, cluster_id: Option<&str>) -> Self {
         link_auth_methods();
         Self {
             source,
             state: Default::default(),
             requests: BackendRequests::new(&metrics),
             if_match: tokio::sync::OnceCell::new(),
+            agent: user_agent(cluster_id),
         }
     }
 
@@ -214,7 +230,10 @@ impl Session {
             .await
             .map_err(|e| classify(&e, "discovering the network API's versions"))?;
         // Renew well before expiry; a token refused before then makes a new session in `send`.
-        let renewal = client.enable_auto_renew(chrono::TimeDelta::seconds(60));
+        let lifetime = client
+            .get_auth_info()
+            .map(|info| info.token.expires_at - info.token.issued_at.unwrap_or_else(chrono::Utc::now));
+        let renewal = client.enable_auto_renew(renewal_margin(lifetime));
         tracing::info!(cloud = %self.source.describe(), "authenticated to Keystone");
         Ok(Connected {
             client,
@@ -281,6 +300,7 @@ impl Session {
             .if_match
             .get_or_try_init(|| async {
                 let request = extension::get::Request::builder()
+                    .header(http::header::USER_AGENT, self.agent.clone())
                     .id("revision-if-match")
                     .build()
                     .map_err(|e| BackendError::Failed(e.to_string()))?;
@@ -307,6 +327,7 @@ impl Session {
         name: Option<&str>,
     ) -> Result<Vec<NeutronNetwork>, BackendError> {
         let mut request = network::list::Request::builder();
+        request.header(http::header::USER_AGENT, self.agent.clone());
         if !tags.is_empty() {
             request.tags(tags.iter().map(String::as_str));
         }
@@ -326,6 +347,7 @@ impl Session {
     /// Every network whose description is `marker`: ours, also where its tags never came.
     pub async fn list_marked_networks(&self, marker: &str) -> Result<Vec<NeutronNetwork>, BackendError> {
         let request = network::list::Request::builder()
+            .header(http::header::USER_AGENT, self.agent.clone())
             .description(marker)
             .build()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
@@ -341,6 +363,7 @@ impl Session {
     /// Every subnet tagged with all of `tags`.
     pub async fn list_subnets(&self, tags: &[String]) -> Result<Vec<NeutronSubnet>, BackendError> {
         let mut request = subnet::list::Request::builder();
+        request.header(http::header::USER_AGENT, self.agent.clone());
         request.tags(tags.iter().map(String::as_str));
         let request = request.build().map_err(|e| BackendError::Failed(e.to_string()))?;
         self.send(
@@ -355,6 +378,7 @@ impl Session {
     /// Every subnet on the network `network_id`, tagged or not.
     pub async fn list_subnets_on(&self, network_id: &str) -> Result<Vec<NeutronSubnet>, BackendError> {
         let request = subnet::list::Request::builder()
+            .header(http::header::USER_AGENT, self.agent.clone())
             .network_id(network_id)
             .build()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
@@ -370,6 +394,7 @@ impl Session {
     /// Creates the network, with the marker description; [`Self::tag_network`] tags it.
     pub async fn create_network(&self, desired: &Desired) -> Result<NeutronNetwork, BackendError> {
         let request = network::create::Request::builder()
+            .header(http::header::USER_AGENT, self.agent.clone())
             .network(
                 network::create::NetworkBuilder::default()
                     .name(desired.name.as_str())
@@ -392,6 +417,7 @@ impl Session {
         desired: &Desired,
     ) -> Result<NeutronSubnet, BackendError> {
         let request = subnet::create::Request::builder()
+            .header(http::header::USER_AGENT, self.agent.clone())
             .subnet(
                 subnet::create::SubnetBuilder::default()
                     .network_id(network_id)
@@ -408,55 +434,58 @@ impl Session {
         self.send("POST", "subnets", "creating the subnet", request).await
     }
 
-    /// Adds one tag to a network (`PUT .../tags/{tag}`): tags others put there stay, whatever
-    /// they became since we read them.
-    pub async fn add_network_tag(&self, id: &str, tag: &str) -> Result<(), BackendError> {
-        let request = network::tag::set::Request::builder()
-            .network_id(id)
-            .id(tag)
-            .build()
-            .map_err(|e| BackendError::Failed(e.to_string()))?;
-        self.send("PUT", "networks", "tagging the network", ignore(request))
-            .await
+    /// Adds one tag to a network or subnet (`PUT .../tags/{tag}`): tags others put there
+    /// stay, whatever they became since we read them.
+    pub async fn add_tag(&self, object: Tagged, id: &str, tag: &str) -> Result<(), BackendError> {
+        match object {
+            Tagged::Network => {
+                let request = network::tag::set::Request::builder()
+                    .header(http::header::USER_AGENT, self.agent.clone())
+                    .network_id(id)
+                    .id(tag)
+                    .build()
+                    .map_err(|e| BackendError::Failed(e.to_string()))?;
+                self.send("PUT", "networks", "tagging the network", ignore(request))
+                    .await
+            }
+            Tagged::Subnet => {
+                let request = subnet::tag::set::Request::builder()
+                    .header(http::header::USER_AGENT, self.agent.clone())
+                    .subnet_id(id)
+                    .id(tag)
+                    .build()
+                    .map_err(|e| BackendError::Failed(e.to_string()))?;
+                self.send("PUT", "subnets", "tagging the subnet", ignore(request))
+                    .await
+            }
+        }
     }
 
-    /// Removes one tag from a network; gone is fine.
-    pub async fn remove_network_tag(&self, id: &str, tag: &str) -> Result<(), BackendError> {
-        let request = network::tag::delete::Request::builder()
-            .network_id(id)
-            .id(tag)
-            .build()
-            .map_err(|e| BackendError::Failed(e.to_string()))?;
-        gone_is_fine(
-            self.send("DELETE", "networks", "untagging the network", ignore(request))
-                .await,
-        )
-        .map(drop)
-    }
-
-    /// Adds one tag to a subnet, as [`Self::add_network_tag`].
-    pub async fn add_subnet_tag(&self, id: &str, tag: &str) -> Result<(), BackendError> {
-        let request = subnet::tag::set::Request::builder()
-            .subnet_id(id)
-            .id(tag)
-            .build()
-            .map_err(|e| BackendError::Failed(e.to_string()))?;
-        self.send("PUT", "subnets", "tagging the subnet", ignore(request))
-            .await
-    }
-
-    /// Removes one tag from a subnet; gone is fine.
-    pub async fn remove_subnet_tag(&self, id: &str, tag: &str) -> Result<(), BackendError> {
-        let request = subnet::tag::delete::Request::builder()
-            .subnet_id(id)
-            .id(tag)
-            .build()
-            .map_err(|e| BackendError::Failed(e.to_string()))?;
-        gone_is_fine(
-            self.send("DELETE", "subnets", "untagging the subnet", ignore(request))
-                .await,
-        )
-        .map(drop)
+    /// Removes one tag from a network or subnet; gone is fine.
+    pub async fn remove_tag(&self, object: Tagged, id: &str, tag: &str) -> Result<(), BackendError> {
+        let sent = match object {
+            Tagged::Network => {
+                let request = network::tag::delete::Request::builder()
+                    .header(http::header::USER_AGENT, self.agent.clone())
+                    .network_id(id)
+                    .id(tag)
+                    .build()
+                    .map_err(|e| BackendError::Failed(e.to_string()))?;
+                self.send("DELETE", "networks", "untagging the network", ignore(request))
+                    .await
+            }
+            Tagged::Subnet => {
+                let request = subnet::tag::delete::Request::builder()
+                    .header(http::header::USER_AGENT, self.agent.clone())
+                    .subnet_id(id)
+                    .id(tag)
+                    .build()
+                    .map_err(|e| BackendError::Failed(e.to_string()))?;
+                self.send("DELETE", "subnets", "untagging the subnet", ignore(request))
+                    .await
+            }
+        };
+        gone_is_fine(sent).map(drop)
     }
 
     /// Renames a network read at `revision` (conditionally, see [`Self::if_match`]).
@@ -467,6 +496,7 @@ impl Session {
         revision: Option<i64>,
     ) -> Result<(), BackendError> {
         let mut request = network::set::Request::builder();
+        request.header(http::header::USER_AGENT, self.agent.clone());
         request.id(id).network(
             network::set::NetworkBuilder::default()
                 .name(name)
@@ -508,6 +538,7 @@ impl Session {
             fields.allocation_pools(pools.map_err(|e| BackendError::Failed(e.to_string()))?);
         }
         let mut request = subnet::set::Request::builder();
+        request.header(http::header::USER_AGENT, self.agent.clone());
         request
             .id(id)
             .subnet(fields.build().map_err(|e| BackendError::Failed(e.to_string()))?);
@@ -523,6 +554,7 @@ impl Session {
     /// Deletes a network (Neutron deletes its subnets with it); `false` when it was gone.
     pub async fn delete_network(&self, id: &str) -> Result<bool, BackendError> {
         let request = network::delete::Request::builder()
+            .header(http::header::USER_AGENT, self.agent.clone())
             .id(id)
             .build()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
@@ -535,6 +567,7 @@ impl Session {
     /// Deletes a subnet; `false` when it was gone.
     pub async fn delete_subnet(&self, id: &str) -> Result<bool, BackendError> {
         let request = subnet::delete::Request::builder()
+            .header(http::header::USER_AGENT, self.agent.clone())
             .id(id)
             .build()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
@@ -543,6 +576,24 @@ impl Session {
                 .await,
         )
     }
+}
+
+/// `sample-operator/<version>`, and ` cluster/<id>` when given. A cluster id is validated to
+/// carry no spaces or control characters; should one not fit a header, the version alone is
+/// sent.
+fn user_agent(cluster_id: Option<&str>) -> http::HeaderValue {
+    let product = format!("sample-operator/{}", env!("CARGO_PKG_VERSION"));
+    cluster_id
+        .and_then(|id| http::HeaderValue::from_str(&format!("{product} cluster/{id}")).ok())
+        .unwrap_or_else(|| http::HeaderValue::from_str(&product).expect("a version is a header value"))
+}
+
+/// How long before its expiry a token is renewed: a minute, or a quarter of a shorter
+/// lifetime (a cloud may issue tokens of a few minutes; a margin as long as the lifetime
+/// would renew without pause).
+fn renewal_margin(lifetime: Option<chrono::TimeDelta>) -> chrono::TimeDelta {
+    let minute = chrono::TimeDelta::seconds(60);
+    lifetime.map_or(minute, |lifetime| minute.min(lifetime / 4))
 }
 
 fn gone_is_fine(result: Result<(), BackendError>) -> Result<bool, BackendError> {
@@ -686,6 +737,14 @@ mod tests {
             "the network is still there"
         );
         assert!(matches!(by_status(404, "m", ""), BackendError::NotFound(_)));
+    }
+
+    #[test]
+    fn short_lived_tokens_are_renewed_at_three_quarters_of_their_life() {
+        let seconds = chrono::TimeDelta::seconds;
+        assert_eq!(renewal_margin(None), seconds(60));
+        assert_eq!(renewal_margin(Some(seconds(3600))), seconds(60));
+        assert_eq!(renewal_margin(Some(seconds(120))), seconds(30));
     }
 
     #[test]

@@ -10,9 +10,10 @@
 //! network and every subnet tagged with the cluster's identity: two requests, however many
 //! Networks there are. Then every Network is reconciled against that listing, so a steady
 //! resync sends no further request and no write, and drift (a network deleted by hand, a
-//! gateway edited) is repaired. A listing is used once per Network: a reconcile that follows a
-//! Network event, or that comes after this Network's own last write, asks Neutron afresh about
-//! that one Network (by its tags), since the listing may predate what it needs to know.
+//! gateway edited) is repaired. A listing is used once per Network. A later reconcile of a
+//! Network that still wants what it last synced asks nothing (the next listing will show any
+//! drift); one whose spec changed, or whose last attempt failed, asks Neutron afresh about that
+//! one Network (by its tags), since the listing may predate what it needs to know.
 
 pub mod client;
 pub mod model;
@@ -28,7 +29,7 @@ use sample_operator_api::{Addressing, BackendReference, Network};
 
 use super::{BackendError, Ensured, NetworkBackend};
 use crate::network::metrics::OtherClusterNetworks;
-use client::{CloudSource, Session};
+use client::{CloudSource, Session, Tagged};
 use model::{Desired, NeutronNetwork, NeutronSubnet, Observed, Owner, Retag, Step};
 use observations::Observations;
 
@@ -81,7 +82,11 @@ impl Neutron {
         config: NeutronConfig,
         metrics: Arc<crate::runtime::metrics::Metrics>,
     ) -> (Self, impl Stream<Item = ()> + Send + Sync + 'static) {
-        let session = Arc::new(Session::new(config.source, metrics.clone()));
+        let session = Arc::new(Session::for_cluster(
+            config.source,
+            metrics.clone(),
+            Some(&config.cluster_id),
+        ));
         let observations = Arc::new(Observations::default());
         let cluster_tag = model::cluster_tag(&config.cluster_id);
         let (resync_tx, resyncs) = futures::channel::mpsc::unbounded();
@@ -138,14 +143,17 @@ impl Neutron {
         Ok((owner, uid))
     }
 
-    /// What Neutron holds of this Network, and whether that was asked just now: from the last
-    /// listing when it is news to this Network, else asked now.
-    async fn observe(&self, owner: &Owner, uid: &str) -> Result<(Observed, bool), BackendError> {
+    /// What Neutron holds of this Network: from the last listing when it is news to this
+    /// Network; else nothing to learn if the Network wants what it last synced; else asked now.
+    async fn observe(&self, owner: &Owner, uid: &str, desired: &Desired) -> Result<Look, BackendError> {
         self.observations.wait_for_first_listing().await;
         if let Some(observed) = self.observations.take(owner, uid) {
-            return Ok((observed, false));
+            return Ok(Look::Listed(observed));
         }
-        Ok((self.ask(owner, Vec::new()).await?, true))
+        if let Some(ids) = self.observations.unchanged(uid, desired) {
+            return Ok(Look::Unchanged(ids));
+        }
+        Ok(Look::Asked(self.ask(owner, Vec::new()).await?))
     }
 
     /// Asks Neutron about this one Network: its networks by tags (and `also`, found by name),
@@ -175,17 +183,13 @@ impl Neutron {
     }
 
     /// Before creating a network: one of that name that is ours but untagged (an attempt
-    /// stopped before it tagged, or whose answer was lost) carries our marker, and is taken.
-    /// Any other of that name is somebody else's (a person's, or another cluster's in the same
-    /// project): Neutron's names are not unique, so it neither blocks ours nor is touched, and
-    /// ours is created beside it. `by_tags_known` says the Network's tagged networks were just
-    /// listed (and none found), so only the named ones are new.
-    async fn claim_by_name(
-        &self,
-        owner: &Owner,
-        desired: &Desired,
-        by_tags_known: bool,
-    ) -> Result<Observed, BackendError> {
+    /// stopped before it tagged, or whose answer was lost) carries our marker, and is taken;
+    /// one tagged for a cluster id this cluster adopts is taken too. Any other of that name is
+    /// somebody else's (a person's, or another cluster's in the same project): Neutron's names
+    /// are not unique, so it neither blocks ours nor is touched, and ours is created beside
+    /// it. The Network's tagged networks are known already (none, or no create was planned):
+    /// asked just now, or in a listing that started after this Network's last write.
+    async fn claim_by_name(&self, owner: &Owner, desired: &Desired) -> Result<Observed, BackendError> {
         let named: Vec<NeutronNetwork> = self
             .session
             .list_networks(&[], Some(&desired.name))
@@ -193,11 +197,7 @@ impl Neutron {
             .into_iter()
             .filter(|n| owner.claims(&n.tags, n.description.as_deref()))
             .collect();
-        if by_tags_known {
-            self.with_subnets(owner, named).await
-        } else {
-            self.ask(owner, named).await
-        }
+        self.with_subnets(owner, named).await
     }
 }
 
@@ -239,6 +239,28 @@ async fn report_other_clusters(session: &Session, cluster_id: &str, gauge: &Othe
     true
 }
 
+/// How a reconcile learnt what Neutron holds of its Network.
+enum Look {
+    /// From the last listing, news to this Network.
+    Listed(Observed),
+    /// Asked just now.
+    Asked(Observed),
+    /// Nothing to learn: the Network wants what it last synced, with these ids.
+    Unchanged(observations::Ids),
+}
+
+fn ensured(desired: &Desired, (network_id, subnet_id): observations::Ids, changed: bool) -> Ensured {
+    Ensured {
+        changed,
+        description: format!("Neutron network {:?} ({network_id})", desired.name),
+        reference: BackendReference {
+            provider: PROVIDER.into(),
+            id: network_id,
+            subnet_id,
+        },
+    }
+}
+
 impl NetworkBackend for Neutron {
     async fn ensure(&self, network: &Network, addressing: &Addressing) -> Result<Ensured, BackendError> {
         let namespace = network
@@ -246,12 +268,16 @@ impl NetworkBackend for Neutron {
             .ok_or(BackendError::MissingObjectKey("namespace"))?;
         let (owner, uid) = self.owner(network)?;
         let desired = Desired::new(&namespace, &network.name_any(), addressing, &owner);
-        let (mut observed, fresh) = self.observe(&owner, &uid).await?;
+        let (mut observed, fresh) = match self.observe(&owner, &uid, &desired).await? {
+            Look::Listed(observed) => (observed, false),
+            Look::Asked(observed) => (observed, true),
+            Look::Unchanged(ids) => return Ok(ensured(&desired, ids, false)),
+        };
         let mut steps = model::plan(&desired, &observed);
         // Creates are decided on a fresh look: the listing shows only tagged objects, and an
         // object of ours may be untagged.
         if steps.contains(&Step::CreateNetwork) {
-            observed = self.claim_by_name(&owner, &desired, fresh).await?;
+            observed = self.claim_by_name(&owner, &desired).await?;
             steps = model::plan(&desired, &observed);
         } else if !fresh && steps.contains(&Step::CreateSubnet) {
             observed = self.ask(&owner, Vec::new()).await?;
@@ -273,16 +299,9 @@ impl NetworkBackend for Neutron {
             // Even a failed attempt may have written: the next reconcile asks afresh.
             self.observations.wrote(&uid);
         }
-        let (network_id, subnet_id) = result?;
-        Ok(Ensured {
-            changed: !steps.is_empty(),
-            description: format!("Neutron network {:?} ({network_id})", desired.name),
-            reference: BackendReference {
-                provider: PROVIDER.into(),
-                id: network_id,
-                subnet_id,
-            },
-        })
+        let ids = result?;
+        self.observations.synced(&uid, &desired, &ids);
+        Ok(ensured(&desired, ids, !steps.is_empty()))
     }
 
     async fn remove(&self, network: &Network) -> Result<bool, BackendError> {
@@ -321,15 +340,15 @@ impl Neutron {
                 Step::CreateNetwork => {
                     let created = self.session.create_network(desired).await?;
                     tracing::info!(id = %created.id, name = %desired.name, "created the Neutron network");
-                    self.retag_network(&created.id, &desired.owner.retag(&created.tags))
-                        .await?;
+                    let retag = desired.owner.retag(&created.tags);
+                    self.retag(Tagged::Network, &created.id, &retag).await?;
                     subnet_id = Some(self.create_subnet(&created.id, desired).await?);
                     network_id = Some(created.id);
                 }
                 Step::TagNetwork { id } => {
                     let existing = observed.network.as_ref().map(|n| n.tags.as_slice());
-                    self.retag_network(id, &desired.owner.retag(existing.unwrap_or_default()))
-                        .await?;
+                    let retag = desired.owner.retag(existing.unwrap_or_default());
+                    self.retag(Tagged::Network, id, &retag).await?;
                 }
                 Step::RenameNetwork { id } => {
                     let revision = observed.network.as_ref().and_then(|n| n.revision_number);
@@ -344,7 +363,8 @@ impl Neutron {
                 Step::TagSubnet { id } => {
                     let existing = observed.subnets.iter().find(|s| &s.id == id);
                     let existing = existing.map(|s| s.tags.as_slice()).unwrap_or_default();
-                    self.retag_subnet(id, &desired.owner.retag(existing)).await?;
+                    self.retag(Tagged::Subnet, id, &desired.owner.retag(existing))
+                        .await?;
                 }
                 Step::UpdateSubnet { id, pools } => {
                     let revision = observed
@@ -371,30 +391,19 @@ impl Neutron {
     /// Creates the subnet and tags it; returns its id.
     async fn create_subnet(&self, network_id: &str, desired: &Desired) -> Result<String, BackendError> {
         let created = self.session.create_subnet(network_id, desired).await?;
-        self.retag_subnet(&created.id, &desired.owner.retag(&created.tags))
+        self.retag(Tagged::Subnet, &created.id, &desired.owner.retag(&created.tags))
             .await?;
         Ok(created.id)
     }
 
-    /// Adds and removes a network's tags, one request each, ours first: an object interrupted
+    /// Adds and removes an object's tags, one request each, ours first: an object interrupted
     /// half-way is already ours.
-    async fn retag_network(&self, id: &str, retag: &Retag) -> Result<(), BackendError> {
+    async fn retag(&self, object: Tagged, id: &str, retag: &Retag) -> Result<(), BackendError> {
         for tag in &retag.add {
-            self.session.add_network_tag(id, tag).await?;
+            self.session.add_tag(object, id, tag).await?;
         }
         for tag in &retag.remove {
-            self.session.remove_network_tag(id, tag).await?;
-        }
-        Ok(())
-    }
-
-    /// As [`Self::retag_network`], for a subnet.
-    async fn retag_subnet(&self, id: &str, retag: &Retag) -> Result<(), BackendError> {
-        for tag in &retag.add {
-            self.session.add_subnet_tag(id, tag).await?;
-        }
-        for tag in &retag.remove {
-            self.session.remove_subnet_tag(id, tag).await?;
+            self.session.remove_tag(object, id, tag).await?;
         }
         Ok(())
     }

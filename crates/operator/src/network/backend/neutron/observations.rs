@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::BackendError;
 use super::client::Session;
-use super::model::{self, NeutronNetwork, NeutronSubnet, Observed, Owner};
+use super::model::{self, Desired, NeutronNetwork, NeutronSubnet, Observed, Owner};
 
 /// The last listing of Neutron, and which Networks may still use it.
 #[derive(Default)]
@@ -30,7 +30,14 @@ struct ListingState {
     /// Per Network UID, the listing it last used or the listings started when it last wrote:
     /// a listing not newer than this is no news for it.
     seen: HashMap<String, u64>,
+    /// Per Network UID, what it last synced and the ids it got: while the Network still wants
+    /// that and no listing is news to it, Neutron holds it (drift is found by the next
+    /// listing), so a reconcile asks nothing.
+    synced: HashMap<String, (Desired, Ids)>,
 }
+
+/// A Network's network id and subnet id in Neutron.
+pub(super) type Ids = (String, Option<String>);
 
 impl Observations {
     pub(super) async fn wait_for_first_listing(&self) {
@@ -86,14 +93,34 @@ impl Observations {
     }
 
     /// Marks a write for this Network: listings started before it ended are no news to it.
+    /// What it synced before is forgotten until [`Self::synced`] says it again.
     pub(super) fn wrote(&self, uid: &str) {
         let mut state = self.state.lock().expect("listing state");
         let started = state.started;
         state.seen.insert(uid.to_owned(), started);
+        state.synced.remove(uid);
+    }
+
+    /// Notes that Neutron says what `desired` says, with these ids.
+    pub(super) fn synced(&self, uid: &str, desired: &Desired, ids: &Ids) {
+        let mut state = self.state.lock().expect("listing state");
+        state
+            .synced
+            .insert(uid.to_owned(), (desired.clone(), ids.clone()));
+    }
+
+    /// The ids of this Network's objects, if it last synced `desired` (and nothing has
+    /// been learnt since).
+    pub(super) fn unchanged(&self, uid: &str, desired: &Desired) -> Option<Ids> {
+        let state = self.state.lock().expect("listing state");
+        let (synced, ids) = state.synced.get(uid)?;
+        (synced == desired).then(|| ids.clone())
     }
 
     pub(super) fn forget(&self, uid: &str) {
-        self.state.lock().expect("listing state").seen.remove(uid);
+        let mut state = self.state.lock().expect("listing state");
+        state.seen.remove(uid);
+        state.synced.remove(uid);
     }
 }
 
