@@ -5,6 +5,10 @@
 //! registers a few fake nodes that kwok keeps Ready and returns once the apiserver is ready and
 //! the nodes are Ready; `up_with` can start etcd and kube-apiserver alone. `down` stops exactly
 //! the processes `up` recorded.
+//!
+//! etcd serves HTTPS only and answers only clients with a certificate from the cluster CA (the
+//! apiserver's, and the tooling's for its health check): whoever can write to etcd can run a
+//! privileged Pod, so a local user without the keys (0600) must not reach it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,7 +38,39 @@ const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 pub struct State {
     pub server: String,
     pub kubernetes_version: String,
+    /// `None` in a state recorded by a version whose etcd served plain HTTP to anyone: `up`
+    /// starts such a cluster anew rather than reuse it.
+    #[serde(default)]
+    pub etcd: Option<Etcd>,
     pub components: Vec<Component>,
+}
+
+/// How the tooling reaches etcd: its client URL (`https://127.0.0.1:<port>`), the CA that signed
+/// its certificate and the tooling's client certificate, without which etcd answers nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Etcd {
+    pub url: String,
+    pub tls: crate::http::Tls,
+}
+
+impl Etcd {
+    fn new(pki: &Pki, port: u16) -> Self {
+        Self {
+            url: format!("https://127.0.0.1:{port}"),
+            tls: crate::http::Tls {
+                ca: pki.ca_cert(),
+                client: Some(crate::http::ClientFiles {
+                    cert: pki.client_cert(&pki::ETCD_HEALTHCHECK_CLIENT),
+                    key: pki.client_key(&pki::ETCD_HEALTHCHECK_CLIENT),
+                }),
+            },
+        }
+    }
+
+    /// etcd's client port.
+    pub fn port(&self) -> Option<u16> {
+        self.url.rsplit_once(':')?.1.parse().ok()
+    }
 }
 
 /// What [`LocalCluster::up_with`] starts.
@@ -54,13 +90,14 @@ pub struct UpOptions {
 }
 
 impl UpOptions {
-    /// Whether a cluster that `up` recorded was started with these options.
+    /// Whether a cluster that `up` recorded was started with these options, by a version whose
+    /// etcd requires client certificates.
     fn started(&self, state: &State) -> bool {
         let has_controller_manager = state
             .components
             .iter()
             .any(|c| c.name == "kube-controller-manager");
-        has_controller_manager != self.apiserver_only
+        state.etcd.is_some() && has_controller_manager != self.apiserver_only
     }
 }
 
@@ -136,8 +173,8 @@ impl LocalCluster {
         self.up_with(UpOptions::default()).await
     }
 
-    /// [`up`](Self::up) with options. A healthy cluster that was started with other options is
-    /// stopped and started anew.
+    /// [`up`](Self::up) with options. A healthy cluster that was started with other options, or
+    /// by a version whose etcd took clients without certificates, is stopped and started anew.
     pub async fn up_with(&self, options: UpOptions) -> Result<State> {
         let binaries = tokio::task::spawn_blocking(toolchain::ensure)
             .await
@@ -234,6 +271,8 @@ impl LocalCluster {
     }
 
     async fn start(&self, bin: &Binaries, options: UpOptions, started: &mut Vec<Component>) -> Result<State> {
+        // A new CA and every certificate each time: `up` starts in a folder it has just wiped,
+        // so no older cluster's PKI (one without etcd's certificates, say) is ever reused.
         let pki = pki::generate(
             &self.dir.join("pki"),
             &[
@@ -249,11 +288,13 @@ impl LocalCluster {
         let etcd_peer_port = free_port()?;
         let apiserver_port = free_port()?;
         let server = format!("https://127.0.0.1:{apiserver_port}");
+        let etcd_access = Etcd::new(&pki, etcd_port);
         let record = |started: &mut Vec<Component>, c: Component| -> Result<()> {
             started.push(c);
             self.state_file().save(&State {
                 server: server.clone(),
                 kubernetes_version: bin.kubernetes_version.clone(),
+                etcd: Some(etcd_access.clone()),
                 components: started.clone(),
             })
         };
@@ -261,7 +302,13 @@ impl LocalCluster {
         let etcd = Component::start(
             "etcd",
             &bin.etcd,
-            &etcd_args(&self.dir.join("etcd"), etcd_port, etcd_peer_port, options.large),
+            &etcd_args(
+                &pki,
+                &self.dir.join("etcd"),
+                etcd_port,
+                etcd_peer_port,
+                options.large,
+            ),
             &logs,
         )?;
         record(started, etcd.clone())?;
@@ -269,7 +316,7 @@ impl LocalCluster {
             "etcd to answer /health",
             Duration::from_secs(30),
             started,
-            || async { etcd_health(etcd_port) },
+            || async { etcd_health(&etcd_access) },
         )
         .await?;
 
@@ -410,19 +457,31 @@ impl LocalCluster {
     }
 }
 
-fn etcd_args(data_dir: &Path, port: u16, peer_port: u16, large: bool) -> Vec<String> {
-    let client = format!("http://127.0.0.1:{port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
+/// etcd on loopback, HTTPS only: clients (the apiserver, the health check) and peers (none, in
+/// a cluster of one member, but the port is open) must present a certificate from the cluster
+/// CA. Only paths reach the arguments, never a key.
+fn etcd_args(pki: &Pki, data_dir: &Path, port: u16, peer_port: u16, large: bool) -> Vec<String> {
+    let client = format!("https://127.0.0.1:{port}");
+    let peer = format!("https://127.0.0.1:{peer_port}");
     let quota = if large { 8u64 << 30 } else { 2u64 << 30 };
+    let ca = pki.ca_cert();
     vec![
         format!("--quota-backend-bytes={quota}"),
         "--name=local".into(),
         format!("--data-dir={}", data_dir.display()),
         format!("--listen-client-urls={client}"),
         format!("--advertise-client-urls={client}"),
+        format!("--cert-file={}", pki.etcd_server_cert().display()),
+        format!("--key-file={}", pki.etcd_server_key().display()),
+        "--client-cert-auth=true".into(),
+        format!("--trusted-ca-file={}", ca.display()),
         format!("--listen-peer-urls={peer}"),
         format!("--initial-advertise-peer-urls={peer}"),
         format!("--initial-cluster=local={peer}"),
+        format!("--peer-cert-file={}", pki.etcd_peer_cert().display()),
+        format!("--peer-key-file={}", pki.etcd_peer_key().display()),
+        "--peer-client-cert-auth=true".into(),
+        format!("--peer-trusted-ca-file={}", ca.display()),
         // A throwaway cluster: durability is not worth an fsync per write.
         "--unsafe-no-fsync=true".into(),
         "--auto-compaction-mode=periodic".into(),
@@ -431,9 +490,9 @@ fn etcd_args(data_dir: &Path, port: u16, peer_port: u16, large: bool) -> Vec<Str
     ]
 }
 
-fn etcd_health(port: u16) -> std::result::Result<Option<()>, String> {
-    let url = format!("http://127.0.0.1:{port}/health");
-    let body = crate::http::get(&url, Duration::from_secs(2))
+fn etcd_health(etcd: &Etcd) -> std::result::Result<Option<()>, String> {
+    let url = format!("{}/health", etcd.url);
+    let body = crate::http::get_with(&url, Duration::from_secs(2), Some(&etcd.tls))
         .map_err(|e| e.to_string())?
         .body;
     if body.contains("\"health\":\"true\"") {
@@ -448,7 +507,16 @@ fn apiserver_args(pki: &Pki, dir: &Path, etcd_port: u16, port: u16, large: bool)
     vec![
         format!("--max-requests-inflight={inflight}"),
         format!("--max-mutating-requests-inflight={mutating}"),
-        format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+        format!("--etcd-servers=https://127.0.0.1:{etcd_port}"),
+        format!("--etcd-cafile={}", pki.ca_cert().display()),
+        format!(
+            "--etcd-certfile={}",
+            pki.client_cert(&pki::APISERVER_ETCD_CLIENT).display()
+        ),
+        format!(
+            "--etcd-keyfile={}",
+            pki.client_key(&pki::APISERVER_ETCD_CLIENT).display()
+        ),
         "--bind-address=127.0.0.1".into(),
         "--advertise-address=127.0.0.1".into(),
         format!("--secure-port={port}"),
@@ -623,6 +691,12 @@ mod tests {
         State {
             server: "https://127.0.0.1:6443".into(),
             kubernetes_version: "v1.36.3".into(),
+            etcd: Some(Etcd::new(
+                &Pki {
+                    dir: "/tmp/pki".into(),
+                },
+                2379,
+            )),
             components: names
                 .iter()
                 .map(|name| Component {
@@ -639,15 +713,88 @@ mod tests {
 
     #[test]
     fn a_large_cluster_gets_more_etcd_and_more_requests_in_flight() {
-        let etcd = |large| etcd_args(Path::new("/tmp/etcd"), 1, 2, large);
-        assert!(etcd(false).contains(&"--quota-backend-bytes=2147483648".to_owned()));
-        assert!(etcd(true).contains(&"--quota-backend-bytes=8589934592".to_owned()));
         let pki = Pki {
             dir: "/tmp/pki".into(),
         };
+        let etcd = |large| etcd_args(&pki, Path::new("/tmp/etcd"), 1, 2, large);
+        assert!(etcd(false).contains(&"--quota-backend-bytes=2147483648".to_owned()));
+        assert!(etcd(true).contains(&"--quota-backend-bytes=8589934592".to_owned()));
         let apiserver = apiserver_args(&pki, Path::new("/tmp"), 1, 2, true);
         assert!(apiserver.contains(&"--max-requests-inflight=800".to_owned()));
         assert!(apiserver.contains(&"--max-mutating-requests-inflight=400".to_owned()));
+    }
+
+    #[test]
+    fn etcd_serves_only_https_to_clients_and_peers_with_a_certificate_of_the_cluster_ca() {
+        let pki = Pki {
+            dir: "/tmp/pki".into(),
+        };
+        let etcd = etcd_args(&pki, Path::new("/tmp/etcd"), 2379, 2380, false);
+        for arg in [
+            "--listen-client-urls=https://127.0.0.1:2379",
+            "--advertise-client-urls=https://127.0.0.1:2379",
+            "--cert-file=/tmp/pki/etcd-server.crt",
+            "--key-file=/tmp/pki/etcd-server.key",
+            "--client-cert-auth=true",
+            "--trusted-ca-file=/tmp/pki/ca.crt",
+            "--listen-peer-urls=https://127.0.0.1:2380",
+            "--peer-cert-file=/tmp/pki/etcd-peer.crt",
+            "--peer-key-file=/tmp/pki/etcd-peer.key",
+            "--peer-client-cert-auth=true",
+            "--peer-trusted-ca-file=/tmp/pki/ca.crt",
+        ] {
+            assert!(etcd.contains(&arg.to_owned()), "{arg} not in {etcd:?}");
+        }
+        assert!(!etcd.iter().any(|a| a.contains("http://")), "{etcd:?}");
+        // A flag that would let etcd accept any certificate, or none, is not there.
+        assert!(
+            !etcd
+                .iter()
+                .any(|a| a.starts_with("--auto-tls") || a.starts_with("--peer-auto-tls")),
+            "{etcd:?}"
+        );
+
+        let apiserver = apiserver_args(&pki, Path::new("/tmp"), 2379, 6443, false);
+        for arg in [
+            "--etcd-servers=https://127.0.0.1:2379",
+            "--etcd-cafile=/tmp/pki/ca.crt",
+            "--etcd-certfile=/tmp/pki/apiserver-etcd-client.crt",
+            "--etcd-keyfile=/tmp/pki/apiserver-etcd-client.key",
+        ] {
+            assert!(apiserver.contains(&arg.to_owned()), "{arg} not in {apiserver:?}");
+        }
+        assert!(!apiserver.iter().any(|a| a.contains("http://")), "{apiserver:?}");
+
+        let access = Etcd::new(&pki, 2379);
+        assert_eq!(
+            (access.url.as_str(), access.port()),
+            ("https://127.0.0.1:2379", Some(2379))
+        );
+        let client = access.tls.client.expect("a client certificate");
+        assert_eq!(
+            (client.cert, client.key),
+            (
+                PathBuf::from("/tmp/pki/etcd-healthcheck-client.crt"),
+                PathBuf::from("/tmp/pki/etcd-healthcheck-client.key")
+            )
+        );
+    }
+
+    /// A cluster recorded before etcd required client certificates has no `etcd` in its state;
+    /// `up` must not reuse it, whatever its options.
+    #[test]
+    fn a_cluster_whose_etcd_took_anyone_is_not_reused() {
+        let old: State = serde_json::from_value(serde_json::json!({
+            "server": "https://127.0.0.1:6443",
+            "kubernetes_version": "v1.36.3",
+            "components": [],
+        }))
+        .unwrap();
+        assert!(old.etcd.is_none());
+        let mut full = state_of(&["etcd", "kube-apiserver", "kube-controller-manager"]);
+        assert!(UpOptions::default().started(&full));
+        full.etcd = None;
+        assert!(!UpOptions::default().started(&full));
     }
 
     #[test]

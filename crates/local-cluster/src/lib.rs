@@ -27,6 +27,6 @@ pub mod testing;
 pub mod toolchain;
 mod wait;
 
-pub use cluster::{LocalCluster, NODES, State, UpOptions};
+pub use cluster::{Etcd, LocalCluster, NODES, State, UpOptions};
 pub use error::{Error, Result};
 pub use process::Component;

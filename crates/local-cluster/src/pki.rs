@@ -1,6 +1,7 @@
-//! Certificates of the local cluster: one CA that signs the apiserver's serving certificate and
-//! every component's client certificate, plus the service-account signing key. The CA's key is
-//! kept beside its certificate, so that a node added later gets identities of its own.
+//! Certificates of the local cluster: one CA that signs the apiserver's and etcd's serving
+//! certificates and every component's client certificate, plus the service-account signing key.
+//! The CA's key is kept beside its certificate, so that a node added later gets identities of
+//! its own.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -65,6 +66,21 @@ pub const KUBE_PROXY: Identity = Identity {
     group: None,
 };
 
+/// The apiserver's identity towards etcd, which requires a client certificate from the cluster
+/// CA. No group: to the apiserver itself it is a user without any grant.
+pub const APISERVER_ETCD_CLIENT: Identity = Identity {
+    file_stem: "apiserver-etcd-client",
+    user: "kube-apiserver-etcd-client",
+    group: None,
+};
+/// The tooling's identity towards etcd: its health check, and the tests that check that etcd
+/// refuses anyone without a certificate.
+pub const ETCD_HEALTHCHECK_CLIENT: Identity = Identity {
+    file_stem: "etcd-healthcheck-client",
+    user: "etcd-healthcheck-client",
+    group: None,
+};
+
 /// Paths of the generated files.
 pub struct Pki {
     pub dir: PathBuf,
@@ -83,6 +99,20 @@ impl Pki {
     pub fn serving_key(&self) -> PathBuf {
         self.dir.join("apiserver.key")
     }
+    /// etcd's certificate towards its clients, for 127.0.0.1 and localhost.
+    pub fn etcd_server_cert(&self) -> PathBuf {
+        self.dir.join("etcd-server.crt")
+    }
+    pub fn etcd_server_key(&self) -> PathBuf {
+        self.dir.join("etcd-server.key")
+    }
+    /// etcd's certificate towards its peers (serving and client), for 127.0.0.1 and localhost.
+    pub fn etcd_peer_cert(&self) -> PathBuf {
+        self.dir.join("etcd-peer.crt")
+    }
+    pub fn etcd_peer_key(&self) -> PathBuf {
+        self.dir.join("etcd-peer.key")
+    }
     pub fn service_account_key(&self) -> PathBuf {
         self.dir.join("service-account.key")
     }
@@ -97,7 +127,9 @@ impl Pki {
     }
 }
 
-/// Generates a fresh CA, serving certificate, client certificates and service-account key.
+/// Generates a fresh CA, the apiserver's and etcd's serving certificates, etcd's peer
+/// certificate, client certificates (`clients`, and always the two etcd clients) and the
+/// service-account key.
 pub fn generate(dir: &Path, clients: &[&Identity]) -> Result<Pki> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let pki = Pki { dir: dir.to_owned() };
@@ -132,7 +164,22 @@ pub fn generate(dir: &Path, clients: &[&Identity]) -> Result<Pki> {
     write(&pki.serving_cert(), &cert.pem())?;
     write_private(&pki.serving_key(), &serving_key.serialize_pem())?;
 
-    for id in clients {
+    let loopback = || {
+        (
+            vec!["localhost".to_owned()],
+            vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+        )
+    };
+    let (names, ips) = loopback();
+    issue_serving(&pki, &issuer, "etcd-server", "etcd", names, ips, false)?;
+    let (names, ips) = loopback();
+    issue_serving(&pki, &issuer, "etcd-peer", "etcd", names, ips, true)?;
+
+    for id in clients
+        .iter()
+        .copied()
+        .chain([&APISERVER_ETCD_CLIENT, &ETCD_HEALTHCHECK_CLIENT])
+    {
         issue_client(&pki, &issuer, id)?;
     }
 
@@ -157,6 +204,39 @@ fn ca_params() -> Result<CertificateParams> {
         KeyUsagePurpose::DigitalSignature,
     ];
     Ok(params)
+}
+
+/// A serving certificate `<file_stem>.crt` and `.key` for `names` and `ips`; with `client_too`
+/// also good as a client certificate (etcd's peers are both).
+fn issue_serving(
+    pki: &Pki,
+    issuer: &Issuer<'_, KeyPair>,
+    file_stem: &str,
+    common_name: &str,
+    names: Vec<String>,
+    ips: Vec<IpAddr>,
+    client_too: bool,
+) -> Result<(PathBuf, PathBuf)> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(names)?;
+    params
+        .subject_alt_names
+        .extend(ips.into_iter().map(SanType::IpAddress));
+    params.distinguished_name.push(DnType::CommonName, common_name);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    if client_too {
+        params
+            .extended_key_usages
+            .push(ExtendedKeyUsagePurpose::ClientAuth);
+    }
+    let cert = params.signed_by(&key, issuer)?;
+    let (cert_path, key_path) = (
+        pki.dir.join(format!("{file_stem}.crt")),
+        pki.dir.join(format!("{file_stem}.key")),
+    );
+    write(&cert_path, &cert.pem())?;
+    write_private(&key_path, &key.serialize_pem())?;
+    Ok((cert_path, key_path))
 }
 
 fn issue_client(pki: &Pki, issuer: &Issuer<'_, KeyPair>, id: &Identity) -> Result<()> {
@@ -194,19 +274,15 @@ impl Pki {
     /// A serving certificate for `name` at `ip`, signed by the saved CA; written as
     /// `<file_stem>.crt` and `.key`.
     pub fn add_serving(&self, file_stem: &str, name: &str, ip: IpAddr) -> Result<(PathBuf, PathBuf)> {
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(vec![name.to_owned()])?;
-        params.subject_alt_names.push(SanType::IpAddress(ip));
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let cert = params.signed_by(&key, &self.issuer()?)?;
-        let (cert_path, key_path) = (
-            self.dir.join(format!("{file_stem}.crt")),
-            self.dir.join(format!("{file_stem}.key")),
-        );
-        write(&cert_path, &cert.pem())?;
-        write_private(&key_path, &key.serialize_pem())?;
-        Ok((cert_path, key_path))
+        issue_serving(
+            self,
+            &self.issuer()?,
+            file_stem,
+            name,
+            vec![name.to_owned()],
+            vec![ip],
+            false,
+        )
     }
 }
 
@@ -264,6 +340,62 @@ mod tests {
         let mode =
             std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(pki.ca_key()).unwrap().permissions());
         assert_eq!(mode & 0o777, 0o600);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn openssl(args: &[&str], path: &Path) -> String {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .arg(path)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            out.status.success(),
+            "openssl {args:?} {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn etcd_gets_loopback_certificates_and_its_clients_certificates_of_their_own() {
+        let dir = std::env::temp_dir().join(format!("pki-etcd-test-{}", std::process::id()));
+        let pki = generate(&dir, &[&ADMIN]).unwrap();
+        let ca = pki.ca_cert();
+        let ca = ca.to_str().unwrap();
+        for (path, purposes) in [
+            (pki.etcd_server_cert(), &["sslserver"][..]),
+            (pki.etcd_peer_cert(), &["sslserver", "sslclient"][..]),
+            (pki.client_cert(&APISERVER_ETCD_CLIENT), &["sslclient"][..]),
+            (pki.client_cert(&ETCD_HEALTHCHECK_CLIENT), &["sslclient"][..]),
+        ] {
+            for purpose in purposes {
+                openssl(&["verify", "-CAfile", ca, "-purpose", purpose], &path);
+            }
+        }
+        for path in [pki.etcd_server_cert(), pki.etcd_peer_cert()] {
+            let names = openssl(&["x509", "-noout", "-ext", "subjectAltName", "-in"], &path);
+            assert!(
+                names.contains("DNS:localhost") && names.contains("IP Address:127.0.0.1"),
+                "{names}"
+            );
+        }
+        let subject = openssl(
+            &["x509", "-noout", "-subject", "-in"],
+            &pki.client_cert(&APISERVER_ETCD_CLIENT),
+        );
+        assert!(subject.contains("CN = kube-apiserver-etcd-client"), "{subject}");
+        for key in [
+            pki.etcd_server_key(),
+            pki.etcd_peer_key(),
+            pki.client_key(&APISERVER_ETCD_CLIENT),
+            pki.client_key(&ETCD_HEALTHCHECK_CLIENT),
+        ] {
+            let mode =
+                std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key).unwrap().permissions());
+            assert_eq!(mode & 0o777, 0o600, "{}", key.display());
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

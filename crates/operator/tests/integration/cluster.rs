@@ -75,3 +75,95 @@ async fn the_local_clusters_kubeconfigs_and_keys_are_private() {
         assert_eq!(mode, 0o600, "{}", path.display());
     }
 }
+
+/// Whoever can write to etcd can run a privileged Pod, so etcd answers only clients with a
+/// certificate from the cluster CA: plain HTTP, HTTPS without a certificate and HTTPS with a
+/// certificate of another CA are refused, and the tooling's certificate gets `/health`. Its keys
+/// reach etcd as paths to private files, never in its arguments.
+#[tokio::test]
+async fn etcd_answers_only_clients_with_a_certificate_of_the_cluster_ca() {
+    use local_cluster::http::{ClientFiles, Response, Tls, get_with};
+    use std::os::unix::fs::PermissionsExt;
+
+    if testing::uses_existing_cluster() {
+        testing::skipped(
+            "cluster::etcd_answers_only_clients_with_a_certificate_of_the_cluster_ca",
+            "an existing cluster's etcd is not this project's",
+        );
+        return;
+    }
+    testing::client().await;
+    let cluster = local_cluster::LocalCluster::default();
+    let state = cluster.state().expect("the local cluster's state");
+    let etcd = state.etcd.clone().expect("the state records how to reach etcd");
+    let port = etcd.port().expect("etcd's port in its URL");
+    assert_eq!(etcd.url, format!("https://127.0.0.1:{port}"));
+
+    // A client certificate that etcd has no reason to trust: self-signed, not the cluster CA's.
+    let foreign = rcgen::generate_simple_self_signed(vec!["intruder".to_owned()]).unwrap();
+    let dir = std::env::temp_dir().join(format!("etcd-intruder-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let intruder = ClientFiles {
+        cert: dir.join("intruder.crt"),
+        key: dir.join("intruder.key"),
+    };
+    std::fs::write(&intruder.cert, foreign.cert.pem()).unwrap();
+    testing::write_private(&intruder.key, &foreign.signing_key.serialize_pem()).unwrap();
+
+    let health = format!("https://127.0.0.1:{port}/health");
+    let tls = etcd.tls.clone();
+    let [plain, anonymous, foreign, trusted] = tokio::task::spawn_blocking(move || {
+        let timeout = Duration::from_secs(5);
+        let with_client = |client| Tls {
+            ca: tls.ca.clone(),
+            client,
+        };
+        [
+            get_with(&format!("http://127.0.0.1:{port}/health"), timeout, None),
+            get_with(&health, timeout, Some(&with_client(None))),
+            get_with(&health, timeout, Some(&with_client(Some(intruder)))),
+            get_with(&health, timeout, Some(&tls)),
+        ]
+    })
+    .await
+    .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // Refused: no answer at all, or an error status (Go answers plain HTTP on a TLS port with
+    // 400 "Client sent an HTTP request to an HTTPS server") that tells nothing of etcd.
+    let refused = |answer: &local_cluster::Result<Response>| match answer {
+        Err(_) => true,
+        Ok(response) => response.status >= 400 && !response.body.contains("health"),
+    };
+    assert!(refused(&plain), "plain HTTP: {plain:?}");
+    assert!(refused(&anonymous), "HTTPS without a certificate: {anonymous:?}");
+    assert!(refused(&foreign), "HTTPS with a foreign certificate: {foreign:?}");
+    let trusted = trusted.expect("etcd answers the cluster CA's client certificate");
+    assert_eq!(trusted.status, 200, "{trusted:?}");
+    assert!(trusted.body.contains("\"health\":\"true\""), "{trusted:?}");
+
+    // The keys are files of their owner's alone, named in the arguments, never in them.
+    let client = etcd.tls.client.expect("the tooling's client certificate");
+    let mode = std::fs::metadata(&client.key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{}", client.key.display());
+    for component in &state.components {
+        let args = component.args.join(" ");
+        assert!(!args.contains("PRIVATE KEY"), "{}: {args}", component.name);
+        if component.name == "etcd" {
+            for flag in ["--client-cert-auth=true", "--peer-client-cert-auth=true"] {
+                assert!(component.args.iter().any(|a| a == flag), "{flag} not in {args}");
+            }
+            for flag in ["--key-file=", "--peer-key-file="] {
+                let key = component
+                    .args
+                    .iter()
+                    .find_map(|a| a.strip_prefix(flag))
+                    .unwrap_or_else(|| panic!("{flag} not in {args}"));
+                let mode = std::fs::metadata(key).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600, "{key}");
+            }
+        }
+        let log = std::fs::read_to_string(&component.log).unwrap_or_default();
+        assert!(!log.contains("PRIVATE KEY"), "{}", component.log.display());
+    }
+}
