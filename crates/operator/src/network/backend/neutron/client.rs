@@ -2,11 +2,11 @@
 //! this backend sends, and what their failures mean.
 //!
 //! The SDK does the hard parts: clouds.yaml and `OS_*` parsing, Keystone authentication
-//! (password, token, application credential), the service catalog (region and interface),
-//! version discovery and renewal before the token expires. The session is made lazily, and
-//! made again after an authentication failure or a token refused early, reading the
-//! configuration anew each time, so credentials fixed in clouds.yaml (a Secret's volume is
-//! updated in place) are taken without a restart.
+//! (password, token, application credential), the service catalog (region and interface) and
+//! version discovery. The session is made lazily, and made again before its token expires,
+//! after an authentication failure or a token refused early, reading the configuration anew
+//! each time, so credentials fixed in clouds.yaml (a Secret's volume is updated in place) are
+//! taken without a restart.
 //!
 //! Every request is the SDK's own. Neutron refuses `tags` in a create ("Attribute 'tags' not
 //! allowed in POST"), so an object is created with the marker description and then tagged with
@@ -21,7 +21,7 @@ use openstack_sdk::api::network::v2::{extension, network, subnet};
 use openstack_sdk::api::{ApiError, Pagination, QueryAsync, ignore, paged};
 use openstack_sdk::config::{CloudConfig, ConfigFile};
 use openstack_sdk::types::ServiceType;
-use openstack_sdk::{AsyncOpenStack, RenewHandle, RestError};
+use openstack_sdk::{AsyncOpenStack, RestError};
 use serde_json::Value;
 
 use super::model::{Desired, NeutronNetwork, NeutronSubnet, Pool};
@@ -132,7 +132,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct Connected {
     client: AsyncOpenStack,
-    _renewal: RenewHandle,
+    /// When a new session replaces this one, before its token expires.
+    renew_at: Option<Instant>,
 }
 
 /// A lazily made, shared SDK session, counted in the metrics.
@@ -177,7 +178,12 @@ impl Session {
     async fn client(&self) -> Result<(AsyncOpenStack, u64), BackendError> {
         let mut state = self.state.lock().await;
         if let Some(connected) = &state.connected {
-            return Ok((connected.client.clone(), state.generation));
+            if connected.renew_at.is_none_or(|at| Instant::now() < at) {
+                return Ok((connected.client.clone(), state.generation));
+            }
+            // Requests in flight keep the old session, whose token is still valid.
+            tracing::debug!("renewing the Keystone session before its token expires");
+            state.connected = None;
         }
         if let Some((at, error)) = &state.failed
             && at.elapsed() < AUTH_FAILURE_HOLD
@@ -208,9 +214,11 @@ impl Session {
 
     async fn connect(&self) -> Result<Connected, BackendError> {
         let config = self.source.load().map_err(BackendError::Misconfigured)?;
-        // The SDK's own retry after a 401 authenticates again but forgets the discovered
-        // network endpoint (its renewal task discovers again; the 401 path does not), so a 401
-        // comes back to `send`, which makes a whole new session.
+        // The SDK's own retry after a 401, and its renewal task, authenticate again but take
+        // the network endpoint from the new token's catalog, without the version discovery
+        // added (requests went to `/networks` instead of `/v2.0/networks` until it was
+        // discovered again): so neither is used, and a 401 or a token near its expiry makes a
+        // whole new session instead.
         let client = AsyncOpenStack::builder(&config)
             .max_auth_retries(0)
             .disable_auth_cache(true)
@@ -229,16 +237,15 @@ impl Session {
             .discover_service_endpoint(&ServiceType::Network)
             .await
             .map_err(|e| classify(&e, "discovering the network API's versions"))?;
-        // Renew well before expiry; a token refused before then makes a new session in `send`.
-        let lifetime = client
-            .get_auth_info()
-            .map(|info| info.token.expires_at - info.token.issued_at.unwrap_or_else(chrono::Utc::now));
-        let renewal = client.enable_auto_renew(renewal_margin(lifetime));
+        // Renewed well before expiry; a token refused before then makes a new session in `send`.
+        let renew_at = client.get_auth_info().and_then(|info| {
+            let now = chrono::Utc::now();
+            let lifetime = info.token.expires_at - info.token.issued_at.unwrap_or(now);
+            let left = info.token.expires_at - renewal_margin(Some(lifetime)) - now;
+            Some(Instant::now() + left.to_std().ok()?)
+        });
         tracing::info!(cloud = %self.source.describe(), "authenticated to Keystone");
-        Ok(Connected {
-            client,
-            _renewal: renewal,
-        })
+        Ok(Connected { client, renew_at })
     }
 
     fn count(&self, method: &'static str, resource: &'static str, error: Option<&BackendError>) {

@@ -107,7 +107,7 @@ impl Neutron {
                         retry = LISTING_RETRY;
                         listings += 1;
                         if listings >= 2
-                            && (listings - 2) % OTHERS_EVERY == 0
+                            && (listings - 2).is_multiple_of(OTHERS_EVERY)
                             && !report_other_clusters(&session, &cluster_id, &others).await
                         {
                             // Try again at the next listing.
