@@ -120,6 +120,7 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
         "\n== starting the operator (logs in {})",
         cluster.logs_dir().join("sample-operator.log").display()
     );
+    println!("$ sample-operator {}", operator_args().join(" "));
     let mut operator = start_operator(cluster, &operator_args(), "sample-operator.log")?;
     // The Networks of an earlier run keep their finalizers until an operator of their backend
     // lets them go: both run while the namespaces are deleted.
@@ -283,6 +284,7 @@ spec:
         "pod/attached",
         "--timeout=90s",
     ])?;
+    demo.show(&["get", "pod", "-n", REAL_NAMESPACE, "attached", "-o", "wide"])?;
     demo.show(&[
         "exec",
         "-n",
@@ -327,6 +329,7 @@ fn example_foo_scene(demo: &Demo) -> Result<()> {
     println!("\n== Foo (example.com): seed 004's foo-sample, applied unchanged");
     demo.show(&["apply", "-n", NAMESPACE, "-f", &demo.sample("example-foo.yaml")])?;
     demo.wait(FOO, ".status.availableReplicas", "1")?;
+    demo.show(&["get", "-n", NAMESPACE, FOO, "deployment/foo-sample"])?;
     println!("\n== Foo (example.com): scaled as the seed does, to 2");
     demo.show(&[
         "patch",
@@ -471,7 +474,9 @@ fn foo_scene(demo: &Demo) -> Result<()> {
         "deployment/example-foo",
         "--timeout=60s",
     ])?;
-    demo.show(&["get", "-n", NAMESPACE, "deployments"])?;
+    // Both kinds, so kubectl names each row with its kind: the Foo and its Deployment are gone,
+    // the colliding Foo and the Deployment it did not own are left.
+    demo.show(&["get", "-n", NAMESPACE, "foos.samplecontroller.k8s.io,deployments"])?;
     Ok(())
 }
 
@@ -593,10 +598,10 @@ fn neutron_steps(demo: &Demo, bed: &OpenStack) -> Result<()> {
 fn show_openstack(bed: &OpenStack, args: &[&str]) -> Result<()> {
     println!("\n$ openstack {}", args.join(" "));
     let shown = process::output(&mut bed.openstack_as(openstack::CLOUD, args))?;
-    // An empty table prints nothing at all.
+    // An empty table prints nothing at all, or an empty line.
     print!(
         "{}",
-        if shown.is_empty() {
+        if shown.trim().is_empty() {
             "(nothing)\n".into()
         } else {
             shown
