@@ -748,10 +748,10 @@ async fn a_thousand_networks_converge_page_through_resyncs_and_a_restart_over_th
         6 * N,
         "nothing else is written"
     );
-    // Before a create, one look by name; a Network written while a resync's listing was on
-    // its way looks again once.
+    // Before a create, one look by name; nothing after it, since a Network that wants what it
+    // synced asks nothing until the next listing. A few more only where an attempt failed.
     assert!(
-        per_network <= 2 * N,
+        per_network <= N + N / 10,
         "{per_network} GETs of one Network for {N} creates"
     );
     let listed = admin
@@ -785,7 +785,8 @@ async fn a_thousand_networks_converge_page_through_resyncs_and_a_restart_over_th
         .filter(|r| r.kind(&ns.name) == Kind::Listing)
         .count();
     eprintln!(
-        "neutron: two resyncs over {N} Networks sent {} requests ({listing_pages} listing pages)",
+        "neutron: {:?} of steady resyncs over {N} Networks sent {} requests ({listing_pages} listing pages)",
+        resync * 2,
         window.len()
     );
     assert!(
@@ -798,7 +799,7 @@ async fn a_thousand_networks_converge_page_through_resyncs_and_a_restart_over_th
     );
     assert!(
         (2 * pages..=3 * 2 * pages).contains(&listing_pages),
-        "{listing_pages} pages: two or three resyncs of two paged lists of {pages} pages each"
+        "{listing_pages} pages: one to three resyncs of two paged lists of {pages} pages each"
     );
 
     // Restarted: every Network is reconciled again, and nothing is written.
