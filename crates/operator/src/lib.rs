@@ -267,6 +267,7 @@ mod tests {
         metrics.watch_restarted("foos");
         metrics.watch_failed("foos");
         network::metrics::BackendRequests::new(&metrics).count("neutron", "GET", "networks", "ok");
+        network::metrics::OtherClusterNetworks::new(&metrics).set("another", 1);
         let text = metrics.render();
         let mut exported: Vec<(String, String)> = text
             .lines()
