@@ -1976,3 +1976,77 @@ async fn tokens_are_renewed_before_they_expire_without_a_failed_request() {
     finish(&api, operator, ns).await;
     let _ = std::fs::remove_file(clouds_file);
 }
+
+/// Two clusters sharing the project, with different ids, on one Network object (the first
+/// cluster's operator stopped, the second's taking over): the second makes a network of its own
+/// beside the first's, which it neither touches nor deletes, and reports under the first's id.
+#[tokio::test]
+async fn a_second_cluster_id_on_the_same_network_makes_its_own_and_leaves_the_firsts() {
+    let Scene(_, bed, _hold, admin, ns, api) = Scene::new("neutron-two-ids", Bed::Shared).await;
+    let (first_id, second_id) = (format!("{}-a", ns.name), format!("{}-b", ns.name));
+    let first =
+        NeutronOperator::start_with(&ns.name, settings(source(bed.clouds_yaml(), CLOUD), &first_id)).await;
+    api.create(
+        &PostParams::default(),
+        &network("shared", "10.72.1.0/24", "10.72.1.1"),
+    )
+    .await
+    .unwrap();
+    let firsts = wait_reason(&api, "shared", "Synced")
+        .await
+        .status
+        .unwrap()
+        .backend
+        .unwrap()
+        .id;
+    first.stop().await;
+    let before = admin
+        .list_networks(&[model::cluster_tag(&first_id)], None)
+        .await
+        .unwrap();
+    assert_eq!(before.len(), 1);
+
+    let second =
+        NeutronOperator::start_with(&ns.name, settings(source(bed.clouds_yaml(), CLOUD), &second_id)).await;
+    let taken = testing::wait_for(&api, "shared", "a network of the second cluster", TIMEOUT, |n| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.backend.as_ref())
+            .is_some_and(|b| b.id != firsts)
+    })
+    .await
+    .unwrap();
+    let seconds = taken.status.unwrap().backend.unwrap().id;
+    let named = admin
+        .list_networks(&[], Some(&format!("{}/shared", ns.name)))
+        .await
+        .unwrap();
+    assert_eq!(named.len(), 2, "one network each: {named:?}");
+    assert!(named.iter().any(|n| n.id == seconds));
+    eventually("the first cluster's network counted under its id", || async {
+        let metrics = second.telemetry.metrics.render();
+        let value = metric_sum(
+            &metrics,
+            "sample_operator_neutron_other_cluster_networks",
+            &[("cluster_id", first_id.as_str())],
+        );
+        (value == 1.0).then_some(())
+    })
+    .await;
+
+    // Deleting the Network deletes the second cluster's network only.
+    finish(&api, second, ns).await;
+    let after = admin
+        .list_networks(&[model::cluster_tag(&first_id)], None)
+        .await
+        .unwrap();
+    assert_eq!(after, before, "the first cluster's network is untouched");
+    assert!(
+        admin
+            .list_networks(&[model::cluster_tag(&second_id)], None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    admin.delete_network(&firsts).await.unwrap();
+}

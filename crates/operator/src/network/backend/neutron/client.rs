@@ -398,7 +398,7 @@ impl Session {
         .await
     }
 
-    /// Creates the network, with the marker description; [`Self::tag_network`] tags it.
+    /// Creates the network, with the marker description; [`Self::add_tag`] tags it.
     pub async fn create_network(&self, desired: &Desired) -> Result<NeutronNetwork, BackendError> {
         let request = network::create::Request::builder()
             .header(http::header::USER_AGENT, self.agent.clone())
@@ -416,8 +416,8 @@ impl Session {
             .await
     }
 
-    /// Creates the subnet on `network_id`, with the marker description; [`Self::tag_subnet`]
-    /// tags it.
+    /// Creates the subnet on `network_id`, with the marker description; [`Self::add_tag`] tags
+    /// it.
     pub async fn create_subnet(
         &self,
         network_id: &str,

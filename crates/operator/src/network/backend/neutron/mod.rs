@@ -7,7 +7,7 @@
 //! - This module observes what Neutron holds and carries the plan out.
 //!
 //! **Observing cheaply.** Every resync interval (and once at start) the backend lists every
-//! network and every subnet tagged with the cluster's identity: two requests, however many
+//! network and every subnet tagged with the cluster's identity: two paged lists, however many
 //! Networks there are. Then every Network is reconciled against that listing, so a steady
 //! resync sends no further request and no write, and drift (a network deleted by hand, a
 //! gateway edited) is repaired. A listing is used once per Network. A later reconcile of a
