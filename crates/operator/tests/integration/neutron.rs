@@ -1738,7 +1738,6 @@ async fn a_concurrent_edit_refuses_the_conditional_update_which_reads_again_and_
     let reference = synced.status.unwrap().backend.unwrap();
     let (network_id, subnet_id) = (reference.id, reference.subnet_id.unwrap());
     let sent = recorder.since(std::time::UNIX_EPOCH);
-    eprintln!("SENT {sent:#?}");
     let tag_puts: Vec<&String> = sent
         .iter()
         .filter(|l| l.starts_with("PUT ") && l.contains("/tags"))
