@@ -177,6 +177,23 @@ async fn openstack(bed: &local_cluster::openstack::OpenStack, args: &[&str]) -> 
     openstack_as(bed, ADMIN_CLOUD, args).await
 }
 
+/// Runs `commands`, one a line, in one `openstack` process as the admin, read from its
+/// standard input as the test bed's own set-up does. Its interactive mode exits 1 whatever
+/// happened, so the caller checks the outcome.
+async fn openstack_stdin(bed: &local_cluster::openstack::OpenStack, commands: &str) {
+    use tokio::io::AsyncWriteExt;
+    let mut command = tokio::process::Command::from(bed.openstack_as(ADMIN_CLOUD, &[]));
+    command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = command.spawn().expect("the openstack command runs");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(commands.as_bytes()).await.unwrap();
+    drop(stdin);
+    child.wait().await.unwrap();
+}
+
 /// Runs the real `openstack` command line as `cloud` of the test bed's clouds.yaml.
 async fn openstack_as(bed: &local_cluster::openstack::OpenStack, cloud: &str, args: &[&str]) -> Value {
     let mut command = tokio::process::Command::from(bed.openstack_as(cloud, args));
@@ -556,23 +573,14 @@ async fn own_project(
         &["project", "create", "--domain", "Default", name, "-f", "json"],
     )
     .await;
-    openstack(
+    // The password goes in on standard input, never in a process's arguments.
+    openstack_stdin(
         bed,
-        &[
-            "user",
-            "create",
-            "--domain",
-            "Default",
-            "--project",
-            name,
-            "--password",
-            &password,
-            name,
-            "-f",
-            "json",
-        ],
+        &format!("user create --domain Default --project {name} --password {password} {name}\n"),
     )
     .await;
+    let user = openstack(bed, &["user", "show", "--domain", "Default", name, "-f", "json"]).await;
+    assert_eq!(user["name"], name, "the user was made: {user}");
     openstack(bed, &["role", "add", "--project", name, "--user", name, "member"]).await;
     let clouds = dir.join("clouds.yaml");
     write_clouds(bed, &clouds, name, &password).await;
