@@ -847,8 +847,42 @@ async fn a_thousand_networks_converge_page_through_resyncs_and_a_restart_over_th
         "the restart reconciles from the listing, not Network by Network"
     );
     let deleting = Instant::now();
+    let cluster_id = ns.name.clone();
     finish(&api, operator, ns).await;
-    eprintln!("neutron: {N} Networks deleted in {:.1?}", deleting.elapsed());
+    let window = log.take();
+    let deletes = window.iter().filter(|r| r.method == "DELETE").count();
+    let per_network = window
+        .iter()
+        .filter(|r| r.method == "GET" && r.kind(&cluster_id) == Kind::PerNetwork)
+        .count();
+    eprintln!(
+        "neutron: {N} Networks deleted in {:.1?}: {deletes} deletes, {per_network} GETs of one Network",
+        deleting.elapsed()
+    );
+    // Each goes with one delete (its subnet with it) after three reads: by its marker, by its
+    // tags, and the subnets on its network.
+    assert!(
+        window.iter().all(|r| r.method == "GET" || r.method == "DELETE"),
+        "deleting writes nothing else"
+    );
+    let deleted = |r: &&Logged| r.method == "DELETE" && r.target.starts_with("/v2.0/networks/");
+    assert_eq!(
+        window.iter().filter(deleted).filter(|r| r.status == 204).count(),
+        N,
+        "each network deleted once"
+    );
+    assert!(
+        !window
+            .iter()
+            .any(|r| r.method == "DELETE" && r.target.starts_with("/v2.0/subnets/")),
+        "no subnet deleted on its own"
+    );
+    // A reconcile that repeats a delete (its finalizer's removal refused) finds the network gone.
+    assert!(deletes <= N + N / 10, "{deletes} deletes for {N} Networks");
+    assert!(
+        per_network <= 3 * N + N / 10,
+        "{per_network} GETs of one Network for {N} deletes"
+    );
 }
 
 /// neutron-server's own access log (gunicorn's), read for the requests of one operator: those
