@@ -409,9 +409,11 @@ async fn hand_edits_and_deletions_are_repaired_and_a_steady_resync_writes_nothin
     tokio::time::sleep(RESYNC * 3 + Duration::from_secs(1)).await;
     assert_eq!(operator.writes(), writes, "no write while nothing differs");
     let resync_gets = operator.requests(&["GET"]) - lists;
+    // At least one resync's two lists; fewer resyncs than three when neutron-server is busy with
+    // other tests (a resync comes an interval after the last listing ended).
     assert!(
-        (4..=10).contains(&resync_gets),
-        "two lists per resync, not a request per Network: {resync_gets} GETs in 3 resyncs"
+        (2..=10).contains(&resync_gets),
+        "two lists per resync, not a request per Network: {resync_gets} GETs in 3 intervals"
     );
     assert_eq!(in_neutron(&admin, &ns.name, &synced).await, (networks, subnets));
 
