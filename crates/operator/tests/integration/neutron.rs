@@ -83,6 +83,21 @@ impl NeutronOperator {
         backend_requests(&metrics, &["POST", "PUT", "DELETE"]) - backend_requests_of(&metrics, "tokens")
     }
 
+    /// Waits until the operator counts `networks` of the project's networks for `cluster_id`.
+    async fn wait_for_other_cluster_networks(&self, cluster_id: &str, networks: usize) {
+        let what = format!("{networks} networks counted for cluster id {cluster_id}");
+        eventually(&what, || async {
+            let metrics = self.telemetry.metrics.render();
+            let value = metric_sum(
+                &metrics,
+                "sample_operator_neutron_other_cluster_networks",
+                &[("cluster_id", cluster_id)],
+            );
+            (value == networks as f64).then_some(())
+        })
+        .await;
+    }
+
     async fn stop(self) {
         let _ = self.stop.send(());
         tokio::time::timeout(Duration::from_secs(30), self.task)
@@ -1929,16 +1944,7 @@ async fn a_rebuilt_cluster_adopts_its_old_networks_without_creating_them_again()
         assert_eq!(tags.len(), 2, "{tags:?}");
     }
     // The orphan: reported by its old id, left as it was.
-    eventually("only the orphan counted for the old id", || async {
-        let metrics = new.telemetry.metrics.render();
-        let value = metric_sum(
-            &metrics,
-            "sample_operator_neutron_other_cluster_networks",
-            &[("cluster_id", old_id.as_str())],
-        );
-        (value == 1.0).then_some(())
-    })
-    .await;
+    new.wait_for_other_cluster_networks(&old_id, 1).await;
     let orphan = admin
         .list_networks(&[model::cluster_tag(&old_id)], None)
         .await
@@ -2066,16 +2072,7 @@ async fn a_second_cluster_id_on_the_same_network_makes_its_own_and_leaves_the_fi
         .unwrap();
     assert_eq!(named.len(), 2, "one network each: {named:?}");
     assert!(named.iter().any(|n| n.id == seconds));
-    eventually("the first cluster's network counted under its id", || async {
-        let metrics = second.telemetry.metrics.render();
-        let value = metric_sum(
-            &metrics,
-            "sample_operator_neutron_other_cluster_networks",
-            &[("cluster_id", first_id.as_str())],
-        );
-        (value == 1.0).then_some(())
-    })
-    .await;
+    second.wait_for_other_cluster_networks(&first_id, 1).await;
 
     // Deleting the Network deletes the second cluster's network only.
     finish(&api, second, ns).await;
