@@ -10,6 +10,7 @@ use local_cluster::{LocalCluster, paths, process, toolchain};
 mod bench;
 mod cargo_build;
 mod demo;
+mod host_check;
 mod image;
 
 #[derive(Parser)]
@@ -322,6 +323,12 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
         real_node,
         ..Default::default()
     };
+    // The host before this run's node, to compare with the host after its last `down`.
+    let host_before = if real_node && !node_was_running {
+        Some(local_cluster::node::HostSnapshot::take().context("the host before the real node")?)
+    } else {
+        None
+    };
     let state = runtime.block_on(cluster.up_with(options))?;
     println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
     if real_node {
@@ -377,17 +384,30 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
                 .join("\n  ")
         );
     }
-    if real_node && !node_was_running {
+    if let Some(before) = host_before {
         println!(
-            "== the real node's down leaves nothing behind, also after its processes were killed, \
-             and it joins a running cluster again"
+            "== the real node's down leaves nothing behind, also after its processes were killed; \
+             it joins a running cluster again, and leaves a Docker-like bridge and a foreign KUBE- \
+             chain made while it ran"
         );
         runtime.block_on(async {
             kill_real_node(cluster)?;
             remove_real_node(cluster).await?;
             cluster.up_with(options).await?;
-            remove_real_node(cluster).await
+            let foreign = host_check::Foreign::make()?;
+            host_check::Foreign::check_not_guarded()?;
+            let removed = remove_real_node(cluster).await;
+            let survived = foreign.check_survived_and_remove();
+            removed.and(survived)
         })?;
+        let differences = before.differences(&local_cluster::node::HostSnapshot::take()?);
+        if !differences.is_empty() {
+            anyhow::bail!(
+                "the host is not as it was before the real node:\n  {}",
+                differences.join("\n  ")
+            );
+        }
+        println!("the host is as before the real node: sysctls, links, iptables and ip6tables rules, mounts");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -257,6 +257,14 @@ impl LocalCluster {
         let node = self.node().down();
         self.stop_openstack();
         self.stop_recorded();
+        // The node's record is what the next `down` finishes from: the folder stays with it.
+        if let Err(e) = node {
+            return Err(Error::Node(format!(
+                "{e}\nThe cluster's folder {} is kept with the node's record: run `cargo xtask \
+                 cluster down` again once that is dealt with",
+                self.dir.display()
+            )));
+        }
         if self.dir.exists() {
             if let Some(mount) = crate::node::mounts_under(&self.dir).first() {
                 return Err(Error::Node(format!(
@@ -267,7 +275,7 @@ impl LocalCluster {
             }
             std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         }
-        node
+        Ok(())
     }
 
     async fn start(&self, bin: &Binaries, options: UpOptions, started: &mut Vec<Component>) -> Result<State> {

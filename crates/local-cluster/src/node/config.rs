@@ -30,13 +30,48 @@ impl RealNode {
         std::fs::create_dir_all(&certs).map_err(|e| Error::io(&certs, e))?;
         // Every registry resolves to a port nothing listens on: no image is ever pulled.
         write(&certs.join("hosts.toml"), "server = \"http://127.0.0.1:1\"\n")?;
-        let text = containerd_config(&root, bin, &self.dir.join("cni"));
+        let text = containerd_config(&root, bin, &self.cni_bin_dir(), &self.dir.join("cni"));
         let path = root.join("config.toml");
         write(&path, &text)?;
         Ok(path)
     }
 
-    pub(super) fn write_cni_config(&self, cni_bin: &Path, multus_kubeconfig: &Path) -> Result<()> {
+    /// The node's own CNI plugin folder: the built plugins, but `bridge` is a script that
+    /// records the bridge an ADD may make and adds its guard rule before the plugin runs.
+    pub(super) fn cni_bin_dir(&self) -> PathBuf {
+        self.dir.join("cni/bin")
+    }
+
+    fn write_cni_bin(&self, bin: &NodeBinaries) -> Result<()> {
+        let dir = self.cni_bin_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let entries = std::fs::read_dir(&bin.cni_dir).map_err(|e| Error::io(&bin.cni_dir, e))?;
+        for entry in entries.filter_map(|e| e.ok()) {
+            let name = entry.file_name();
+            let link = dir.join(&name);
+            if name == "bridge" || link.symlink_metadata().is_ok() {
+                continue;
+            }
+            std::os::unix::fs::symlink(entry.path(), &link).map_err(|e| Error::io(&link, e))?;
+        }
+        let tool = |name: &str| {
+            super::preflight::which(name).ok_or_else(|| Error::Node(format!("`{name}` is not installed")))
+        };
+        let script = bridge_recorder(
+            &bin.cni_dir.join("bridge"),
+            &self.cni_bridges_file(),
+            &tool("iptables")?,
+            &tool("ip6tables")?,
+        );
+        let path = dir.join("bridge");
+        write(&path, &script)?;
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(|e| Error::io(&path, e))
+    }
+
+    pub(super) fn write_cni_config(&self, bin: &NodeBinaries, multus_kubeconfig: &Path) -> Result<()> {
+        self.write_cni_bin(bin)?;
+        let cni_bin = self.cni_bin_dir();
         let cni = self.dir.join("cni");
         for sub in ["net.d", "cluster", "multus", "ipam"] {
             let d = cni.join(sub);
@@ -107,8 +142,11 @@ metricsBindAddress: 127.0.0.1:{metrics}
 nodePortAddresses: [\"{NODE_IP}/32\"]
 iptables:
   localhostNodePorts: false
+# The host's conntrack settings stay as they are: zero leaves each one alone.
 conntrack:
   maxPerCore: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
 ",
             kubeconfig = kubeconfig.display(),
             healthz = crate::process::free_port()?,
@@ -118,6 +156,38 @@ conntrack:
         write(&path, &text)?;
         Ok(path)
     }
+}
+
+/// The node's CNI `bridge`: on ADD it records the bridge the plugin may make (by its exact
+/// name, once, under a lock) and guards it in both firewalls, then hands the configuration to
+/// the real plugin. The name is read with sed: the delegate configuration is one JSON object,
+/// and `"bridge":` occurs in it once (`"type":"bridge"` is followed by a comma, not a colon).
+fn bridge_recorder(real: &Path, record: &Path, iptables: &Path, ip6tables: &Path) -> String {
+    format!(
+        r#"#!/bin/sh
+# Written by sample-operator's local cluster: records and guards the bridge, then runs the plugin.
+set -eu
+conf=$(cat)
+if [ "${{CNI_COMMAND:-}}" = ADD ]; then
+  name=$(printf '%s' "$conf" | tr -d '\n' | sed -n 's/.*"bridge"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p')
+  name=${{name:-cni0}}
+  exec 9>>'{record}.lock'
+  flock 9
+  grep -qxF -- "$name" '{record}' 2>/dev/null || printf '%s\n' "$name" >>'{record}'
+  for tool in '{iptables}' '{ip6tables}'; do
+    "$tool" -C {chain} -i "$name" ! -o "$name" -j DROP 2>/dev/null ||
+      "$tool" -A {chain} -i "$name" ! -o "$name" -j DROP
+  done
+  exec 9>&-
+fi
+printf '%s' "$conf" | '{real}'
+"#,
+        record = record.display(),
+        iptables = iptables.display(),
+        ip6tables = ip6tables.display(),
+        chain = super::GUARD_CHAIN,
+        real = real.display(),
+    )
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {
@@ -143,7 +213,7 @@ fn cluster_network(ipam_dir: &Path) -> serde_json::Value {
     })
 }
 
-fn containerd_config(root: &Path, bin: &NodeBinaries, cni: &Path) -> String {
+fn containerd_config(root: &Path, bin: &NodeBinaries, cni_bin: &Path, cni: &Path) -> String {
     format!(
         r#"version = 3
 root = '{root}/root'
@@ -186,7 +256,7 @@ imports = []
         root = root.display(),
         pause = image::PAUSE,
         runc = bin.runc.display(),
-        cni_bin = bin.cni_dir.display(),
+        cni_bin = cni_bin.display(),
         cni = cni.display(),
     )
 }
@@ -195,6 +265,9 @@ fn kubelet_config(pki: &Pki, ids: &Identities, socket: &Path, resolv: &Path, pod
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
+# The tooling sets the kernel values the kubelet needs (and sets them back on `down`); the
+# kubelet checks them and changes none.
+protectKernelDefaults: true
 # This machine has cgroup v1 and no systemd as PID 1.
 failCgroupV1: false
 cgroupDriver: cgroupfs
@@ -243,6 +316,64 @@ evictionHard:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The recorder run as the CNI runtime runs it, with a stand-in plugin (`cat`) and
+    /// firewall (a script that logs its arguments and knows no rule).
+    #[test]
+    fn the_bridge_recorder_records_and_guards_a_bridge_once_and_passes_the_configuration_on() {
+        let dir = std::env::temp_dir().join(format!("bridge-recorder-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("firewall.log");
+        let firewall = dir.join("firewall");
+        std::fs::write(
+            &firewall,
+            format!(
+                "#!/bin/sh\necho \"$0 $*\" >>'{}'\n[ \"$1\" != -C ]\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&firewall, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let record = dir.join("cni-bridges");
+        let script = dir.join("bridge");
+        write(
+            &script,
+            &bridge_recorder(Path::new("/bin/cat"), &record, &firewall, &firewall),
+        )
+        .unwrap();
+        let conf =
+            r#"{"cniVersion":"1.0.0","name":"lab","type":"bridge","bridge":"br-0123456789ab","ipam":{}}"#;
+        let invoke = |command: &str| {
+            let mut child = std::process::Command::new("/bin/sh")
+                .arg(&script)
+                .env("CNI_COMMAND", command)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::io::Write::write_all(&mut child.stdin.take().unwrap(), conf.as_bytes()).unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success());
+            String::from_utf8(out.stdout).unwrap()
+        };
+        assert_eq!(invoke("ADD"), conf);
+        assert_eq!(invoke("ADD"), conf);
+        assert_eq!(invoke("DEL"), conf);
+        assert_eq!(std::fs::read_to_string(&record).unwrap(), "br-0123456789ab\n");
+        let calls = std::fs::read_to_string(&log).unwrap();
+        let rule = "-i br-0123456789ab ! -o br-0123456789ab -j DROP";
+        assert_eq!(
+            calls.matches(&format!("-A SAMPLE-OPERATOR-NODE {rule}")).count(),
+            4,
+            "two firewalls, two ADDs: {calls}"
+        );
+        assert_eq!(
+            calls.lines().count(),
+            8,
+            "a check before each append, none on DEL: {calls}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn the_pod_network_routes_only_to_services() {

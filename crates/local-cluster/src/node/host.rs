@@ -1,12 +1,12 @@
 //! What the real node changes on the host (links, iptables chains, cgroups, mounts, host paths,
-//! `ip_forward`): read before `up`, and undone by `down`.
+//! sysctls): recorded by name before `up` changes it, and undone by `down`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::{BRIDGE, GUARD_CHAIN, NodeState, run};
+use super::{GUARD_CHAIN, NodeState, RealNode, run};
 use crate::error::{Error, Result};
 use crate::process::executable;
 
@@ -22,12 +22,67 @@ pub(super) const HOST_PATHS: [&str; 6] = [
     "/var/run/netns",
 ];
 
-pub(super) const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+/// The sysctls the node changes, as `/proc/sys` paths with the value it needs (`None`: one of
+/// its processes may set it, and it is only recorded). The kubelet runs with
+/// `protectKernelDefaults`, so it checks its six instead of writing them; the bridge plugin
+/// turns forwarding on for a gateway bridge. kube-proxy is told to leave conntrack alone.
+pub(super) const SYSCTLS: [(&str, Option<&str>); 8] = [
+    ("vm/overcommit_memory", Some("1")),
+    ("vm/panic_on_oom", Some("0")),
+    ("kernel/panic", Some("10")),
+    ("kernel/panic_on_oops", Some("1")),
+    ("kernel/keys/root_maxkeys", Some("1000000")),
+    ("kernel/keys/root_maxbytes", Some("25000000")),
+    ("net/ipv4/ip_forward", None),
+    ("net/ipv6/conf/all/forwarding", None),
+];
+
+fn sysctl_path(key: &str) -> PathBuf {
+    Path::new("/proc/sys").join(key)
+}
+
+pub(super) fn read_sysctl(key: &str) -> Option<String> {
+    std::fs::read_to_string(sysctl_path(key))
+        .ok()
+        .map(|v| v.trim().to_owned())
+}
+
+pub(super) fn write_sysctl(key: &str, value: &str) -> Result<()> {
+    let path = sysctl_path(key);
+    std::fs::write(&path, format!("{value}\n")).map_err(|e| Error::io(&path, e))
+}
+
+/// Sets back every recorded sysctl that differs from its value before `up`.
+pub(super) fn restore_sysctls(before: &BTreeMap<String, String>, errors: &mut Vec<String>) {
+    for (key, value) in before {
+        if read_sysctl(key).as_deref() != Some(value.as_str())
+            && let Err(e) = write_sysctl(key, value)
+        {
+            errors.push(e.to_string());
+        }
+    }
+}
+
+/// The firewall tools the guard is in: the same rules for IPv4 and IPv6.
+pub(super) const FIREWALLS: [&str; 2] = ["iptables", "ip6tables"];
+
+/// The guard chain's entry in [`chains`] for each firewall.
+pub(super) fn guard_chains() -> impl Iterator<Item = String> {
+    FIREWALLS.iter().map(|cmd| format!("{cmd} filter {GUARD_CHAIN}"))
+}
+
+/// The guard's rule for one bridge: whatever comes in on it and would leave by another
+/// interface is dropped.
+pub(super) fn guard_rule(bridge: &str) -> [&str; 7] {
+    ["-i", bridge, "!", "-o", bridge, "-j", "DROP"]
+}
 
 /// Makes the jump to the guard the first rule of FORWARD, and the only jump to it.
 pub(super) fn put_guard_first() -> Result<()> {
-    while run(Command::new("iptables").args(["-D", "FORWARD", "-j", GUARD_CHAIN])).is_ok() {}
-    run(Command::new("iptables").args(["-I", "FORWARD", "1", "-j", GUARD_CHAIN]))?;
+    for cmd in FIREWALLS {
+        while run(Command::new(cmd).args(["-D", "FORWARD", "-j", GUARD_CHAIN])).is_ok() {}
+        run(Command::new(cmd).args(["-I", "FORWARD", "1", "-j", GUARD_CHAIN]))?;
+    }
     Ok(())
 }
 
@@ -41,19 +96,11 @@ pub(super) fn links() -> Result<BTreeSet<String>> {
         .collect())
 }
 
-/// The node bridge, and the Network bridges the Multus backend names `br-` and 12 hex digits.
-pub(super) fn is_our_link(name: &str) -> bool {
-    name == BRIDGE
-        || name
-            .strip_prefix("br-")
-            .is_some_and(|h| h.len() == 12 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
 /// iptables chains as `<command> <table> <chain>`, for the tables the kubelet and kube-proxy
 /// write.
 pub(super) fn chains() -> BTreeSet<String> {
     let mut all = BTreeSet::new();
-    for cmd in ["iptables", "ip6tables"] {
+    for cmd in FIREWALLS {
         for table in ["filter", "nat", "mangle"] {
             let Ok(out) = Command::new(cmd).args(["-t", table, "-S"]).output() else {
                 continue;
@@ -68,40 +115,39 @@ pub(super) fn chains() -> BTreeSet<String> {
     all
 }
 
-/// Ours: the guard, and the kubelet's and kube-proxy's `KUBE-` chains.
-fn is_our_chain(chain: &str) -> bool {
-    chain == GUARD_CHAIN || chain.starts_with("KUBE-")
+/// kube-proxy's per-Service chains, made after `up` and removed by `kube-proxy --cleanup`:
+/// named here only to report any it left.
+fn is_kube_proxy_service_chain(chain: &str) -> bool {
+    ["KUBE-SVC-", "KUBE-SVL-", "KUBE-SEP-", "KUBE-EXT-", "KUBE-FW-"]
+        .iter()
+        .any(|prefix| chain.starts_with(prefix))
 }
 
-/// Removes the chains that are ours and were not there before: first every rule that jumps to
-/// them, then their rules, then the chains.
-pub(super) fn remove_chains(before: &BTreeSet<String>, errors: &mut Vec<String>) {
-    let new: Vec<String> = chains()
-        .into_iter()
-        .filter(|c| !before.contains(c))
-        .filter(|c| c.rsplit(' ').next().is_some_and(is_our_chain))
+/// Removes the chains in `made` that exist now and did not before `up`: first every rule that
+/// jumps to one of them, then their rules, then the chains.
+pub(super) fn remove_chains(made: &BTreeSet<String>, before: &BTreeSet<String>, errors: &mut Vec<String>) {
+    let present = chains();
+    let ours: Vec<(&str, &str, &str)> = made
+        .iter()
+        .filter(|c| present.contains(*c) && !before.contains(*c))
+        .filter_map(|entry| {
+            let mut words = entry.splitn(3, ' ');
+            Some((words.next()?, words.next()?, words.next()?))
+        })
         .collect();
-    for entry in &new {
-        let mut words = entry.splitn(3, ' ');
-        let (Some(cmd), Some(table), Some(chain)) = (words.next(), words.next(), words.next()) else {
-            continue;
-        };
+    for (cmd, table, chain) in &ours {
         let Ok(out) = Command::new(cmd).args(["-t", table, "-S"]).output() else {
             continue;
         };
         for rule in String::from_utf8_lossy(&out.stdout).lines() {
-            if rule.starts_with("-A ") && rule.split_whitespace().any(|w| w == chain) {
+            if rule.starts_with("-A ") && rule.split_whitespace().any(|w| w == *chain) {
                 let args: Vec<&str> = rule.split_whitespace().skip(1).collect();
                 let _ = Command::new(cmd).args(["-t", table, "-D"]).args(&args).output();
             }
         }
         let _ = Command::new(cmd).args(["-t", table, "-F", chain]).output();
     }
-    for entry in &new {
-        let mut words = entry.splitn(3, ' ');
-        let (Some(cmd), Some(table), Some(chain)) = (words.next(), words.next(), words.next()) else {
-            continue;
-        };
+    for (cmd, table, chain) in &ours {
         if let Err(e) = run(Command::new(cmd).args(["-t", table, "-X", chain])) {
             errors.push(e.to_string());
         }
@@ -259,24 +305,33 @@ pub(super) fn unmount_under(root: &Path) -> Result<()> {
 }
 
 /// What `down` should have removed and did not: the test of `down` asks for none.
-pub fn leftovers(state: &NodeState, node_dir: &Path) -> Vec<String> {
+pub fn leftovers(state: &NodeState, node: &RealNode) -> Vec<String> {
     let mut left = Vec::new();
     for c in &state.components {
         if c.is_running() {
             left.push(format!("process {} (pid {})", c.name, c.pid));
         }
     }
-    for mount in mounts_under(node_dir) {
+    for mount in mounts_under(node.dir()) {
         left.push(format!("mount {}", mount.display()));
     }
+    let made = node.links_made(state);
     for link in links().unwrap_or_default() {
-        if is_our_link(&link) && !state.links_before.contains(&link) {
+        if made.contains(&link) && !state.links_before.contains(&link) {
             left.push(format!("link {link}"));
         }
     }
     for chain in chains() {
-        if !state.chains_before.contains(&chain) && chain.rsplit(' ').next().is_some_and(is_our_chain) {
+        let ours = state.chains_made.contains(&chain)
+            || chain.rsplit(' ').next().is_some_and(is_kube_proxy_service_chain);
+        if ours && !state.chains_before.contains(&chain) {
             left.push(format!("chain {chain}"));
+        }
+    }
+    for (key, value) in &state.sysctls_before {
+        let now = read_sysctl(key);
+        if now.as_deref() != Some(value.as_str()) {
+            left.push(format!("sysctl {key} = {now:?}, was {value}"));
         }
     }
     for cgroup in our_cgroups().difference(&state.cgroups_before) {
@@ -290,18 +345,162 @@ pub fn leftovers(state: &NodeState, node_dir: &Path) -> Vec<String> {
     left
 }
 
+/// What the host looks like where a real node could change it: every writable sysctl, the
+/// links, both firewalls' rules and chains in every table, and the mounts. Taken before `up`
+/// and after `down`, the two must be equal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostSnapshot {
+    pub sysctls: BTreeMap<String, String>,
+    pub links: BTreeSet<String>,
+    /// `<command> <table>` → its `-S` lines (chains, policies and rules, no counters).
+    pub firewall: BTreeMap<String, Vec<String>>,
+    /// Mount point, root, type and source of each mount (ids left out: they change).
+    pub mounts: BTreeSet<String>,
+}
+
+/// Sysctls that change by themselves.
+const VOLATILE_SYSCTLS: [&str; 1] = ["kernel/ns_last_pid"];
+
+impl HostSnapshot {
+    pub fn take() -> Result<Self> {
+        let mut sysctls = BTreeMap::new();
+        collect_sysctls(Path::new("/proc/sys"), &mut sysctls);
+        for key in VOLATILE_SYSCTLS {
+            sysctls.remove(key);
+        }
+        let mut firewall = BTreeMap::new();
+        for cmd in FIREWALLS {
+            for table in ["filter", "nat", "mangle", "raw"] {
+                let out = run(Command::new(cmd).args(["-t", table, "-S"]))?;
+                firewall.insert(format!("{cmd} {table}"), out.lines().map(str::to_owned).collect());
+            }
+        }
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| Error::io(Path::new("/proc/self/mountinfo"), e))?;
+        let mounts = mountinfo
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let dash = fields.iter().position(|f| *f == "-")?;
+                Some(format!(
+                    "{} (root {}, {} from {})",
+                    fields.get(4)?,
+                    fields.get(3)?,
+                    fields.get(dash + 1)?,
+                    fields.get(dash + 2)?
+                ))
+            })
+            .collect();
+        Ok(Self {
+            sysctls,
+            links: links()?,
+            firewall,
+            mounts,
+        })
+    }
+
+    /// How `after` differs from this snapshot, one line a difference; empty when equal.
+    pub fn differences(&self, after: &Self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (key, before) in &self.sysctls {
+            match after.sysctls.get(key) {
+                Some(now) if now == before => {}
+                now => out.push(format!("sysctl {key}: {before:?} before, {now:?} after")),
+            }
+        }
+        for key in after.sysctls.keys().filter(|k| !self.sysctls.contains_key(*k)) {
+            out.push(format!("sysctl {key}: new"));
+        }
+        set_differences("link", &self.links, &after.links, &mut out);
+        set_differences("mount", &self.mounts, &after.mounts, &mut out);
+        for (table, before) in &self.firewall {
+            let now = after.firewall.get(table).cloned().unwrap_or_default();
+            if &now != before {
+                let before_set: BTreeSet<String> = before.iter().cloned().collect();
+                let now_set: BTreeSet<String> = now.iter().cloned().collect();
+                set_differences(table, &before_set, &now_set, &mut out);
+                if before_set == now_set {
+                    out.push(format!("{table}: the same rules in another order"));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn set_differences(what: &str, before: &BTreeSet<String>, after: &BTreeSet<String>, out: &mut Vec<String>) {
+    for gone in before.difference(after) {
+        out.push(format!("{what} gone: {gone}"));
+    }
+    for new in after.difference(before) {
+        out.push(format!("{what} new: {new}"));
+    }
+}
+
+/// The writable sysctls under `dir`, keyed by their path under /proc/sys.
+fn collect_sysctls(dir: &Path, out: &mut BTreeMap<String, String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            collect_sysctls(&path, out);
+            continue;
+        }
+        let writable = entry
+            .metadata()
+            .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o200 != 0);
+        if let (true, Ok(value), Ok(key)) = (
+            writable,
+            std::fs::read_to_string(&path),
+            path.strip_prefix("/proc/sys"),
+        ) {
+            out.insert(key.display().to_string(), value.trim().to_owned());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn only_the_node_bridge_and_network_bridges_are_ours() {
-        assert!(is_our_link(BRIDGE));
-        assert!(is_our_link("br-0123456789ab"));
-        assert!(!is_our_link("br-0123456789"));
-        assert!(!is_our_link("br-lan"));
-        assert!(!is_our_link("eth0"));
-        assert!(!is_our_link("docker0"));
+    fn only_kube_proxys_service_chains_are_reported_by_their_prefix() {
+        assert!(is_kube_proxy_service_chain("KUBE-SVC-ABCDEF"));
+        assert!(is_kube_proxy_service_chain("KUBE-SEP-ABCDEF"));
+        assert!(!is_kube_proxy_service_chain("KUBE-FOREIGN"));
+        assert!(!is_kube_proxy_service_chain("KUBE-SERVICES"));
+    }
+
+    #[test]
+    fn snapshots_name_each_difference() {
+        let before = HostSnapshot {
+            sysctls: [("net/ipv4/ip_forward".to_owned(), "0".to_owned())].into(),
+            links: ["eth0".to_owned()].into(),
+            firewall: [("iptables filter".to_owned(), vec!["-P FORWARD ACCEPT".to_owned()])].into(),
+            mounts: ["/ (root /, ext4 from /dev/vda)".to_owned()].into(),
+        };
+        assert!(before.differences(&before.clone()).is_empty());
+        let mut after = before.clone();
+        after.sysctls.insert("net/ipv4/ip_forward".into(), "1".into());
+        after.links.insert("sonode0".into());
+        after
+            .firewall
+            .get_mut("iptables filter")
+            .unwrap()
+            .push("-N KUBE-FORWARD".into());
+        assert_eq!(
+            before.differences(&after),
+            vec![
+                r#"sysctl net/ipv4/ip_forward: "0" before, Some("1") after"#.to_owned(),
+                "link new: sonode0".to_owned(),
+                "iptables filter new: -N KUBE-FORWARD".to_owned(),
+            ]
+        );
     }
 
     #[test]

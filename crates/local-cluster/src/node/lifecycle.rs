@@ -12,8 +12,9 @@ use serde_json::json;
 
 use super::config::Identities;
 use super::host::{
-    HOST_PATHS, IP_FORWARD, chains, is_our_link, kill_cgroup_processes, kill_processes_running, leftovers,
-    links, our_cgroups, put_guard_first, remove_cgroups, remove_chains, unmount_under,
+    FIREWALLS, HOST_PATHS, SYSCTLS, chains, guard_chains, guard_rule, kill_cgroup_processes,
+    kill_processes_running, leftovers, links, our_cgroups, put_guard_first, read_sysctl, remove_cgroups,
+    remove_chains, restore_sysctls, unmount_under, write_sysctl,
 };
 use super::preflight::{HOLDER_PREFIX, Holder, holder, live_elsewhere, unrecorded, which};
 use super::{BRIDGE, GUARD_CHAIN, NODE_IP, NODE_NAME, NodeState, RealNode, run};
@@ -61,7 +62,22 @@ impl RealNode {
             Holder::Live(dir) => return Err(Error::Node(live_elsewhere(&dir))),
             Holder::Unrecorded(dir) => return Err(Error::Node(unrecorded(dir.as_deref()))),
         }
+        if self.state().is_some() {
+            return Err(Error::Node(format!(
+                "the record of an earlier node in {} remains: its `down` did not finish; run \
+                 `cargo xtask cluster down` to finish it (it says what is left)",
+                self.dir.display()
+            )));
+        }
+        let chains_before = chains();
+        if let Some(chain) = guard_chains().find(|c| chains_before.contains(c)) {
+            return Err(Error::Node(format!(
+                "the chain `{chain}` exists with no record of the node that made it; remove it by \
+                 hand (with the rules that jump to it) before starting a real node"
+            )));
+        }
         std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        let _ = std::fs::remove_file(self.cni_bridges_file());
         let mut state = NodeState {
             created_paths: HOST_PATHS
                 .iter()
@@ -69,10 +85,13 @@ impl RealNode {
                 .filter(|p| !p.exists())
                 .collect(),
             links_before: links()?,
-            chains_before: chains(),
-            ip_forward_before: std::fs::read_to_string(IP_FORWARD)
-                .ok()
-                .map(|s| s.trim().to_owned()),
+            links_made: [BRIDGE.to_owned()].into(),
+            chains_made: guard_chains().collect(),
+            chains_before,
+            sysctls_before: SYSCTLS
+                .iter()
+                .filter_map(|(key, _)| Some((key.to_string(), read_sysctl(key)?)))
+                .collect(),
             cgroups_before: our_cgroups(),
             components: Vec::new(),
         };
@@ -81,6 +100,10 @@ impl RealNode {
         let result = self
             .start(&mut state, pki, server, apiserver_port, client, bin)
             .await;
+        // The chains the kubelet and kube-proxy made while it came up, by name; kube-proxy's
+        // later per-Service chains are its own `--cleanup`'s.
+        let made: Vec<String> = chains().difference(&state.chains_before).cloned().collect();
+        state.chains_made.extend(made);
         self.save(&state)?;
         result
     }
@@ -95,6 +118,15 @@ impl RealNode {
         bin: &NodeBinaries,
     ) -> Result<()> {
         self.network()?;
+        // The kubelet runs with `protectKernelDefaults`: it refuses to start unless these hold,
+        // and never writes them itself; `down` sets back what they were.
+        for (key, value) in SYSCTLS {
+            if let Some(value) = value
+                && read_sysctl(key).as_deref() != Some(value)
+            {
+                write_sysctl(key, value)?;
+            }
+        }
         let ids = self.identities(pki, server)?;
         let logs = self.logs_dir();
 
@@ -130,7 +162,7 @@ impl RealNode {
             self.import_image(&bin.ctr, &image)?;
         }
 
-        self.write_cni_config(&bin.cni_dir, &ids.multus_kubeconfig)?;
+        self.write_cni_config(bin, &ids.multus_kubeconfig)?;
         apply_multus_rbac(client).await?;
 
         let kubelet = Component::start("kubelet", &bin.kubelet, &self.kubelet_args(pki, &ids)?, &logs)?;
@@ -213,21 +245,13 @@ impl RealNode {
             .arg(format!("{HOLDER_PREFIX}{}", dir.display())))?;
         run(Command::new("ip").args(["addr", "add", &format!("{NODE_IP}/16"), "dev", BRIDGE]))?;
         run(Command::new("ip").args(["link", "set", BRIDGE, "up"]))?;
-        // A chain left by a `down` that failed is emptied and used again.
-        let _ = Command::new("iptables").args(["-N", GUARD_CHAIN]).output();
-        run(Command::new("iptables").args(["-F", GUARD_CHAIN]))?;
-        for iface in [BRIDGE, "br-+"] {
-            run(Command::new("iptables").args([
-                "-A",
-                GUARD_CHAIN,
-                "-i",
-                iface,
-                "!",
-                "-o",
-                iface,
-                "-j",
-                "DROP",
-            ]))?;
+        // The guard names its bridges exactly: this one here, each Network bridge as the node's
+        // CNI `bridge` is about to make it.
+        for cmd in FIREWALLS {
+            run(Command::new(cmd).args(["-N", GUARD_CHAIN]))?;
+            run(Command::new(cmd)
+                .args(["-A", GUARD_CHAIN])
+                .args(guard_rule(BRIDGE)))?;
         }
         put_guard_first()
     }
@@ -272,8 +296,11 @@ impl RealNode {
             let shim = containerd.binary.with_file_name("containerd-shim-runc-v2");
             kill_processes_running(&shim);
         }
-        if let Some(proxy) = state.components.iter().find(|c| c.name == "kube-proxy") {
-            // kube-proxy's own cleanup of its rules; the rest goes below by chain name.
+        // kube-proxy's own cleanup of its rules and per-Service chains, when its chains are
+        // ours (made while `up` ran); the rest goes below by exact name.
+        if let Some(proxy) = state.components.iter().find(|c| c.name == "kube-proxy")
+            && state.chains_made.contains("iptables nat KUBE-SERVICES")
+        {
             let _ = Command::new(&proxy.binary).arg("--cleanup").output();
         }
         if let Err(e) = unmount_under(&self.dir) {
@@ -285,20 +312,17 @@ impl RealNode {
             }
         }
         remove_cgroups(&state.cgroups_before, &mut errors);
-        for link in links().unwrap_or_default() {
-            if is_our_link(&link)
+        let present = links().unwrap_or_default();
+        for link in self.links_made(&state) {
+            if present.contains(&link)
                 && !state.links_before.contains(&link)
                 && let Err(e) = run(Command::new("ip").args(["link", "delete", &link]))
             {
                 errors.push(e.to_string());
             }
         }
-        remove_chains(&state.chains_before, &mut errors);
-        if let Some(before) = &state.ip_forward_before
-            && let Err(e) = std::fs::write(IP_FORWARD, format!("{before}\n"))
-        {
-            errors.push(format!("{IP_FORWARD}: {e}"));
-        }
+        remove_chains(&state.chains_made, &state.chains_before, &mut errors);
+        restore_sysctls(&state.sysctls_before, &mut errors);
         for path in &state.created_paths {
             if path.exists()
                 && let Err(e) = std::fs::remove_dir_all(path)
@@ -306,7 +330,7 @@ impl RealNode {
                 errors.push(format!("{}: {e}", path.display()));
             }
         }
-        let left = leftovers(&state, &self.dir);
+        let left = leftovers(&state, self);
         errors.extend(left);
         if errors.is_empty() {
             self.state_file().remove();

@@ -2,14 +2,18 @@
 //! with a bridge for its Pods and Multus in front of it, so that the operator runs from its
 //! image and chart and a Pod gets an interface on a Network.
 //!
-//! Everything it starts or changes is recorded in `<cluster>/node/state.json` before it is
-//! made, so that `down` removes exactly that, even after a failed or interrupted `up`:
-//! processes, mounts under the node's folder, cgroups, the bridges, iptables chains, the host
-//! paths the kubelet and CNI insist on, and `ip_forward`.
+//! Everything it starts or changes is recorded by exact name in `<cluster>/node/state.json`
+//! before it is made, so that `down` removes exactly that and nothing matched by a pattern,
+//! even after a failed or interrupted `up`: processes, mounts under the node's folder, cgroups,
+//! the node bridge and each Network bridge (a CNI ADD records it in `cni-bridges` before the
+//! bridge plugin runs), the iptables chains, the host paths the kubelet and CNI insist on, and
+//! the sysctls the kubelet needs and the bridge plugin sets. A `down` that fails keeps the
+//! record, so that the next one can finish.
 //!
 //! Nothing leaves the machine: the Pod bridge has no uplink, Pods get no default route (only
-//! one to the service range), forwarding out of the node's bridges is dropped, and image pulls
-//! go to a registry mirror that does not exist (`127.0.0.1:1`).
+//! one to the service range), forwarding out of the node's bridges is dropped (IPv4 and IPv6,
+//! one rule per bridge by its exact name), and image pulls go to a registry mirror that does
+//! not exist (`127.0.0.1:1`).
 //!
 //! By concern: [`lifecycle`] starts and stops it, [`preflight`] says what keeps this machine from
 //! running one and who holds it, [`config`] writes the configuration of containerd, the CNI
@@ -20,7 +24,7 @@ mod host;
 mod lifecycle;
 mod preflight;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,8 +36,8 @@ use crate::image;
 use crate::process::{self, Component};
 use crate::state_file::StateFile;
 
-pub use host::leftovers;
 pub(crate) use host::mounts_under;
+pub use host::{HostSnapshot, leftovers};
 pub use preflight::{Holder, holder, preflight};
 
 /// The node's name, which its kubelet certificate carries (`system:node:<name>`).
@@ -56,11 +60,21 @@ pub struct NodeState {
     pub components: Vec<Component>,
     /// Host paths that did not exist before, removed on `down`.
     pub created_paths: Vec<PathBuf>,
-    /// Network links and iptables chains that existed before: everything else matching ours
-    /// is removed.
+    /// The machine's links and iptables chains before `up`: what `down` must leave.
     pub links_before: BTreeSet<String>,
     pub chains_before: BTreeSet<String>,
-    pub ip_forward_before: Option<String>,
+    /// Links `up` makes, recorded before it makes them (the Network bridges are in
+    /// `cni-bridges`, written by the node's CNI `bridge`).
+    #[serde(default)]
+    pub links_made: BTreeSet<String>,
+    /// Chains as `<command> <table> <chain>`: the guard's, recorded before they are made, and
+    /// those the kubelet and kube-proxy made while `up` ran.
+    #[serde(default)]
+    pub chains_made: BTreeSet<String>,
+    /// The sysctls the node sets or lets its processes set (`/proc/sys` paths), with their
+    /// values before `up`, restored by `down`.
+    #[serde(default)]
+    pub sysctls_before: BTreeMap<String, String>,
     /// The kubelet's and containerd's cgroups that existed before, in every controller: the
     /// others are removed.
     pub cgroups_before: BTreeSet<PathBuf>,
@@ -101,6 +115,28 @@ impl RealNode {
 
     pub fn logs_dir(&self) -> PathBuf {
         self.dir.join("logs")
+    }
+
+    /// The Network bridges the node's CNI `bridge` recorded before making them, one a line.
+    fn cni_bridges_file(&self) -> PathBuf {
+        self.dir.join("cni-bridges")
+    }
+
+    /// Every link this node made or may have made, by exact name.
+    pub fn links_made(&self, state: &NodeState) -> BTreeSet<String> {
+        let recorded = std::fs::read_to_string(self.cni_bridges_file()).unwrap_or_default();
+        state
+            .links_made
+            .iter()
+            .cloned()
+            .chain(
+                recorded
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned),
+            )
+            .collect()
     }
 
     /// Whether the node's processes all run.

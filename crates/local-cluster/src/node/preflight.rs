@@ -111,6 +111,7 @@ pub fn preflight(cluster_dir: &Path) -> Vec<String> {
         ("iptables", "iptables"),
         ("ip6tables", "iptables"),
         ("socat", "socat"),
+        ("flock", "util-linux"),
         ("busybox", "busybox-static"),
         ("ldd", "libc-bin"),
     ] {

@@ -497,3 +497,287 @@ async fn a_pod_on_the_real_node_gets_an_interface_on_its_network() {
     operator.stop().await;
     ns.delete().await;
 }
+
+/// A network namespace of the test's own, outside the Pod bridges: a veth pair, the host end
+/// `so-probe-h` at 198.51.100.2/30, the far end at 198.51.100.1 (TEST-NET-2, routed only to
+/// this pair). The namespace is a sleeping process's: it and the pair go when it is killed,
+/// leaving no mount (as `ip netns add` would).
+struct Probe {
+    holder: std::process::Child,
+}
+
+const PROBE_HOST_END: &str = "so-probe-h";
+const PROBE_ADDRESS: &str = "198.51.100.1";
+
+fn host(args: &[&str]) -> String {
+    let out = std::process::Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl Probe {
+    fn create() -> Self {
+        let holder = std::process::Command::new("unshare")
+            .args(["--net", "--", "sleep", "3600"])
+            .spawn()
+            .expect("unshare runs");
+        let probe = Probe { holder };
+        let pid = probe.holder.id().to_string();
+        // The namespace exists once the process runs in another one than ours.
+        let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
+        for _ in 0..100 {
+            if std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|ns| ns != ours) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        host(&[
+            "ip",
+            "link",
+            "add",
+            PROBE_HOST_END,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "probe0",
+            "netns",
+            &pid,
+        ]);
+        // IPv4 only, and a fixed neighbour: whatever the host end sends is a forwarded packet.
+        std::fs::write(
+            format!("/proc/sys/net/ipv6/conf/{PROBE_HOST_END}/disable_ipv6"),
+            "1",
+        )
+        .unwrap();
+        host(&["ip", "addr", "add", "198.51.100.2/30", "dev", PROBE_HOST_END]);
+        host(&["ip", "link", "set", PROBE_HOST_END, "up"]);
+        let inside = |args: &[&str]| {
+            let mut all = vec!["nsenter", "-t", &pid, "-n"];
+            all.extend_from_slice(args);
+            host(&all)
+        };
+        inside(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{PROBE_ADDRESS}/30"),
+            "dev",
+            "probe0",
+        ]);
+        inside(&["ip", "link", "set", "probe0", "up"]);
+        let link = inside(&["ip", "-o", "link", "show", "probe0"]);
+        let mac = link
+            .split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .expect("a MAC address")
+            .to_owned();
+        host(&[
+            "ip",
+            "neigh",
+            "replace",
+            PROBE_ADDRESS,
+            "lladdr",
+            &mac,
+            "dev",
+            PROBE_HOST_END,
+            "nud",
+            "permanent",
+        ]);
+        probe
+    }
+
+    /// Packets the host has sent into the namespace.
+    fn sent(&self) -> u64 {
+        std::fs::read_to_string(format!("/sys/class/net/{PROBE_HOST_END}/statistics/tx_packets"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+        let _ = std::process::Command::new("ip")
+            .args(["link", "delete", PROBE_HOST_END])
+            .output();
+    }
+}
+
+/// The packets the guard dropped that came in on `bridge`, in the firewall `cmd`.
+fn guard_drops(cmd: &str, bridge: &str) -> u64 {
+    let table = host(&[cmd, "-v", "-x", "-n", "-L", "SAMPLE-OPERATOR-NODE"]);
+    table
+        .lines()
+        .find_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            (words.get(2) == Some(&"DROP") && words.contains(&bridge)).then(|| words[0].parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no guard rule for {bridge} in {cmd}:\n{table}"))
+}
+
+/// The host interface that holds `address`.
+fn interface_with(address: &str) -> String {
+    let out = host(&["ip", "-o", "-4", "addr", "show"]);
+    out.lines()
+        .find(|l| l.split_whitespace().any(|w| w.split('/').next() == Some(address)))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("no interface holds {address}:\n{out}"))
+        .to_owned()
+}
+
+/// The guard's jump is the first rule of FORWARD in both firewalls.
+fn assert_guard_first() {
+    for cmd in ["iptables", "ip6tables"] {
+        let rules = host(&[cmd, "-S", "FORWARD"]);
+        let first = rules.lines().find(|l| l.starts_with("-A "));
+        assert_eq!(
+            first,
+            Some("-A FORWARD -j SAMPLE-OPERATOR-NODE"),
+            "{cmd}:\n{rules}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn nothing_a_pod_sends_leaves_through_the_host_and_no_image_is_pulled() {
+    if !real_node("real_node::nothing_a_pod_sends_leaves_through_the_host_and_no_image_is_pulled") {
+        return;
+    }
+    let client = client_with_crds().await;
+    let _nad = NadCrd::installed(&client).await;
+    let ns = TestNamespace::create(&client, "real-guard").await;
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    let networks: Api<Network> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let prefix = format!("10.{}.{}", 200 + nanos % 50, (nanos / 100) % 250);
+    let gateway = format!("{prefix}.1");
+    networks
+        .create(
+            &PostParams::default(),
+            &crate::support::network("wan", &format!("{prefix}.0/24"), &gateway),
+        )
+        .await
+        .unwrap();
+    crate::network::wait_synced(&networks, "wan", TIMEOUT).await;
+    // A Pod that may change its own routes, as a Pod with NET_ADMIN can.
+    let mut sender = attached_pod("sender", "wan");
+    let container = &mut sender.spec.as_mut().unwrap().containers[0];
+    container.security_context =
+        Some(serde_json::from_value(json!({ "capabilities": { "add": ["NET_ADMIN"] } })).unwrap());
+    pods.create(&PostParams::default(), &sender).await.unwrap();
+    wait_ready(&pods, "test=multus", 1).await;
+
+    let probe = Probe::create();
+    // The probe answers the host: a packet towards it is counted where it leaves.
+    let sent = probe.sent();
+    host(&["busybox", "ping", "-c", "1", "-W", "2", PROBE_ADDRESS]);
+    assert!(probe.sent() > sent, "the host reaches the probe");
+
+    let network_bridge = interface_with(&gateway);
+    for (device, via, bridge) in [
+        (
+            "eth0",
+            local_cluster::node::NODE_IP.to_string(),
+            local_cluster::node::BRIDGE.to_owned(),
+        ),
+        ("net1", gateway.clone(), network_bridge.clone()),
+    ] {
+        testing::kubectl(&[
+            "exec",
+            "-n",
+            &ns.name,
+            "sender",
+            "--",
+            "ip",
+            "route",
+            "replace",
+            &format!("{PROBE_ADDRESS}/32"),
+            "via",
+            &via,
+            "dev",
+            device,
+        ])
+        .await;
+        let (sent, dropped) = (probe.sent(), guard_drops("iptables", &bridge));
+        let ping = testing::kubectl(&[
+            "exec",
+            "-n",
+            &ns.name,
+            "sender",
+            "--",
+            "sh",
+            "-c",
+            &format!("ping -c 3 -W 1 {PROBE_ADDRESS} >/dev/null 2>&1; echo exit=$?"),
+        ])
+        .await;
+        assert_eq!(ping.trim(), "exit=1", "no reply by {device}");
+        assert_eq!(
+            probe.sent(),
+            sent,
+            "nothing reached the probe by {device} ({bridge})"
+        );
+        let dropped = guard_drops("iptables", &bridge) - dropped;
+        assert!(
+            dropped >= 3,
+            "the guard dropped {dropped} packets from {bridge}, not the 3 pings"
+        );
+        // The same rule stands in the IPv6 firewall.
+        guard_drops("ip6tables", &bridge);
+    }
+
+    // kube-proxy syncs for a new Service, and the guard stays first.
+    let services: Api<k8s_openapi::api::core::v1::Service> = ns.api();
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": { "name": "synced" },
+                "spec": { "ports": [{ "port": 80 }] },
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let service = format!("{}/synced", ns.name);
+    let start = Instant::now();
+    // With no endpoints, its rule is a reject in the filter table's KUBE-SERVICES.
+    while !host(&["iptables", "-S", "KUBE-SERVICES"]).contains(&service) {
+        assert!(start.elapsed() < TIMEOUT, "kube-proxy did not sync {service}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_guard_first();
+
+    // Only the node's own store has images: a pull from anywhere goes to a port nothing
+    // listens on.
+    let mut pulled = attached_pod("pulled", "wan");
+    pulled.metadata.annotations = None;
+    let container = &mut pulled.spec.as_mut().unwrap().containers[0];
+    container.image = Some("registry.example/anything:1".into());
+    container.image_pull_policy = Some("Always".into());
+    pods.create(&PostParams::default(), &pulled).await.unwrap();
+    let failure = crate::support::wait_for_event(&client, &ns.name, "pulled", "Failed").await;
+    let note = failure.note.unwrap_or_default();
+    assert!(note.contains("127.0.0.1:1"), "the pull went nowhere else: {note}");
+
+    drop(probe);
+    delete_promptly(&pods, "pulled").await;
+    delete_promptly(&pods, "sender").await;
+    operator.stop().await;
+    ns.delete().await;
+}
