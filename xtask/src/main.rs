@@ -407,7 +407,10 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
                 differences.join("\n  ")
             );
         }
-        println!("the host is as before the real node: sysctls, links, iptables and ip6tables rules, mounts");
+        println!(
+            "the host is as before the real node: sysctls, links, iptables and ip6tables rules, mounts, \
+             netfilter accounting objects"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

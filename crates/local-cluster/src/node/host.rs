@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use super::preflight::which;
 use super::{GUARD_CHAIN, NodeState, RealNode, run};
 use crate::error::{Error, Result};
 use crate::process::executable;
@@ -113,6 +114,47 @@ pub(super) fn chains() -> BTreeSet<String> {
         }
     }
     all
+}
+
+/// The netfilter accounting objects (kube-proxy makes two for its metrics), by name. Only
+/// Debian's `nfacct` lists them here: without it the set is empty, and they are neither
+/// recorded nor removed.
+pub(super) fn accounting_objects() -> BTreeSet<String> {
+    let Some(tool) = which("nfacct") else {
+        return BTreeSet::new();
+    };
+    let Ok(out) = Command::new(tool).arg("list").output() else {
+        return BTreeSet::new();
+    };
+    parse_accounting(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Names from `nfacct list`'s `{ pkts = …, bytes = … } = <name>;` lines.
+fn parse_accounting(list: &str) -> BTreeSet<String> {
+    list.lines()
+        .filter_map(|line| line.rsplit_once("} = "))
+        .map(|(_, name)| name.trim().trim_end_matches(';').to_owned())
+        .collect()
+}
+
+/// Deletes the accounting objects in `made` that exist now and did not before `up`; once the
+/// rules that count into them are gone.
+pub(super) fn remove_accounting(
+    made: &BTreeSet<String>,
+    before: &BTreeSet<String>,
+    errors: &mut Vec<String>,
+) {
+    let present = accounting_objects();
+    for name in made
+        .iter()
+        .filter(|n| present.contains(*n) && !before.contains(*n))
+    {
+        if let Some(tool) = which("nfacct")
+            && let Err(e) = run(Command::new(tool).args(["delete", name]))
+        {
+            errors.push(e.to_string());
+        }
+    }
 }
 
 /// kube-proxy's per-Service chains, made after `up` and removed by `kube-proxy --cleanup`:
@@ -328,6 +370,12 @@ pub fn leftovers(state: &NodeState, node: &RealNode) -> Vec<String> {
             left.push(format!("chain {chain}"));
         }
     }
+    let accounting = accounting_objects();
+    for name in state.accounting_made.difference(&state.accounting_before) {
+        if accounting.contains(name) {
+            left.push(format!("netfilter accounting object {name}"));
+        }
+    }
     for (key, value) in &state.sysctls_before {
         let now = read_sysctl(key);
         if now.as_deref() != Some(value.as_str()) {
@@ -356,6 +404,8 @@ pub struct HostSnapshot {
     pub firewall: BTreeMap<String, Vec<String>>,
     /// Mount point, root, type and source of each mount (ids left out: they change).
     pub mounts: BTreeSet<String>,
+    /// Netfilter accounting objects, where `nfacct` can list them.
+    pub accounting: BTreeSet<String>,
 }
 
 /// Sysctls that change by themselves.
@@ -396,6 +446,7 @@ impl HostSnapshot {
             links: links()?,
             firewall,
             mounts,
+            accounting: accounting_objects(),
         })
     }
 
@@ -413,6 +464,7 @@ impl HostSnapshot {
         }
         set_differences("link", &self.links, &after.links, &mut out);
         set_differences("mount", &self.mounts, &after.mounts, &mut out);
+        set_differences("accounting object", &self.accounting, &after.accounting, &mut out);
         for (table, before) in &self.firewall {
             let now = after.firewall.get(table).cloned().unwrap_or_default();
             if &now != before {
@@ -483,6 +535,7 @@ mod tests {
             links: ["eth0".to_owned()].into(),
             firewall: [("iptables filter".to_owned(), vec!["-P FORWARD ACCEPT".to_owned()])].into(),
             mounts: ["/ (root /, ext4 from /dev/vda)".to_owned()].into(),
+            accounting: BTreeSet::new(),
         };
         assert!(before.differences(&before.clone()).is_empty());
         let mut after = before.clone();
@@ -501,6 +554,19 @@ mod tests {
                 "iptables filter new: -N KUBE-FORWARD".to_owned(),
             ]
         );
+    }
+
+    #[test]
+    fn accounting_objects_are_named_as_nfacct_lists_them() {
+        let list = "{ pkts = 00000000000000000000, bytes = 00000000000000000000 } = ct_state_invalid_dropped_pkts;\n\
+                    { pkts = 00000000000000000012, bytes = 00000000000000000960 } = localhost_nps_accepted_pkts;\n";
+        assert_eq!(
+            parse_accounting(list),
+            ["ct_state_invalid_dropped_pkts", "localhost_nps_accepted_pkts"]
+                .map(String::from)
+                .into()
+        );
+        assert!(parse_accounting("").is_empty());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Starting the real node's processes, and stopping them and undoing what `up` changed.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,9 +13,10 @@ use serde_json::json;
 
 use super::config::Identities;
 use super::host::{
-    FIREWALLS, HOST_PATHS, SYSCTLS, chains, guard_chains, guard_rule, kill_cgroup_processes,
-    kill_processes_running, leftovers, links, our_cgroups, put_guard_first, read_sysctl, remove_cgroups,
-    remove_chains, restore_sysctls, unmount_under, write_sysctl,
+    FIREWALLS, HOST_PATHS, SYSCTLS, accounting_objects, chains, guard_chains, guard_rule,
+    kill_cgroup_processes, kill_processes_running, leftovers, links, our_cgroups, put_guard_first,
+    read_sysctl, remove_accounting, remove_cgroups, remove_chains, restore_sysctls, unmount_under,
+    write_sysctl,
 };
 use super::preflight::{HOLDER_PREFIX, Holder, holder, live_elsewhere, unrecorded, which};
 use super::{BRIDGE, GUARD_CHAIN, NODE_IP, NODE_NAME, NodeState, RealNode, run};
@@ -88,6 +90,8 @@ impl RealNode {
             links_made: [BRIDGE.to_owned()].into(),
             chains_made: guard_chains().collect(),
             chains_before,
+            accounting_before: accounting_objects(),
+            accounting_made: BTreeSet::new(),
             sysctls_before: SYSCTLS
                 .iter()
                 .filter_map(|(key, _)| Some((key.to_string(), read_sysctl(key)?)))
@@ -104,6 +108,10 @@ impl RealNode {
         // later per-Service chains are its own `--cleanup`'s.
         let made: Vec<String> = chains().difference(&state.chains_before).cloned().collect();
         state.chains_made.extend(made);
+        state.accounting_made = accounting_objects()
+            .difference(&state.accounting_before)
+            .cloned()
+            .collect();
         self.save(&state)?;
         result
     }
@@ -322,6 +330,7 @@ impl RealNode {
             }
         }
         remove_chains(&state.chains_made, &state.chains_before, &mut errors);
+        remove_accounting(&state.accounting_made, &state.accounting_before, &mut errors);
         restore_sysctls(&state.sysctls_before, &mut errors);
         for path in &state.created_paths {
             if path.exists()

@@ -71,6 +71,12 @@ pub struct NodeState {
     /// those the kubelet and kube-proxy made while `up` ran.
     #[serde(default)]
     pub chains_made: BTreeSet<String>,
+    /// Netfilter accounting objects before `up`, and those made while it ran (kube-proxy's
+    /// counters), by name.
+    #[serde(default)]
+    pub accounting_before: BTreeSet<String>,
+    #[serde(default)]
+    pub accounting_made: BTreeSet<String>,
     /// The sysctls the node sets or lets its processes set (`/proc/sys` paths), with their
     /// values before `up`, restored by `down`.
     #[serde(default)]
