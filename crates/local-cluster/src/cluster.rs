@@ -6,9 +6,10 @@
 //! the nodes are Ready; `up_with` can start etcd and kube-apiserver alone. `down` stops exactly
 //! the processes `up` recorded.
 //!
-//! etcd serves HTTPS only and answers only clients with a certificate from the cluster CA (the
+//! etcd serves HTTPS only and answers only clients with a certificate from its own CA (the
 //! apiserver's, and the tooling's for its health check): whoever can write to etcd can run a
-//! privileged Pod, so a local user without the keys (0600) must not reach it.
+//! privileged Pod, so neither a local user without the keys (0600) nor any identity of the
+//! cluster CA may reach it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,7 +40,8 @@ pub struct State {
     pub server: String,
     pub kubernetes_version: String,
     /// `None` in a state recorded by a version whose etcd served plain HTTP to anyone: `up`
-    /// starts such a cluster anew rather than reuse it.
+    /// starts such a cluster anew rather than reuse it, as it does one whose etcd trusted the
+    /// cluster CA (see [`Etcd::has_own_ca`]).
     #[serde(default)]
     pub etcd: Option<Etcd>,
     pub components: Vec<Component>,
@@ -58,13 +60,18 @@ impl Etcd {
         Self {
             url: format!("https://127.0.0.1:{port}"),
             tls: crate::http::Tls {
-                ca: pki.ca_cert(),
+                ca: pki.etcd_ca_cert(),
                 client: Some(crate::http::ClientFiles {
                     cert: pki.client_cert(&pki::ETCD_HEALTHCHECK_CLIENT),
                     key: pki.client_key(&pki::ETCD_HEALTHCHECK_CLIENT),
                 }),
             },
         }
+    }
+
+    /// Whether etcd trusts a CA of its own: an older version's trusted the cluster CA.
+    fn has_own_ca(&self) -> bool {
+        self.tls.ca.file_name().is_some_and(|name| name == "etcd-ca.crt")
     }
 
     /// etcd's client port.
@@ -91,13 +98,13 @@ pub struct UpOptions {
 
 impl UpOptions {
     /// Whether a cluster that `up` recorded was started with these options, by a version whose
-    /// etcd requires client certificates.
+    /// etcd requires client certificates of its own CA.
     fn started(&self, state: &State) -> bool {
         let has_controller_manager = state
             .components
             .iter()
             .any(|c| c.name == "kube-controller-manager");
-        state.etcd.is_some() && has_controller_manager != self.apiserver_only
+        state.etcd.as_ref().is_some_and(Etcd::has_own_ca) && has_controller_manager != self.apiserver_only
     }
 }
 
@@ -466,13 +473,13 @@ impl LocalCluster {
 }
 
 /// etcd on loopback, HTTPS only: clients (the apiserver, the health check) and peers (none, in
-/// a cluster of one member, but the port is open) must present a certificate from the cluster
-/// CA. Only paths reach the arguments, never a key.
+/// a cluster of one member, but the port is open) must present a certificate from the etcd CA.
+/// Only paths reach the arguments, never a key.
 fn etcd_args(pki: &Pki, data_dir: &Path, port: u16, peer_port: u16, large: bool) -> Vec<String> {
     let client = format!("https://127.0.0.1:{port}");
     let peer = format!("https://127.0.0.1:{peer_port}");
     let quota = if large { 8u64 << 30 } else { 2u64 << 30 };
-    let ca = pki.ca_cert();
+    let ca = pki.etcd_ca_cert();
     vec![
         format!("--quota-backend-bytes={quota}"),
         "--name=local".into(),
@@ -516,7 +523,7 @@ fn apiserver_args(pki: &Pki, dir: &Path, etcd_port: u16, port: u16, large: bool)
         format!("--max-requests-inflight={inflight}"),
         format!("--max-mutating-requests-inflight={mutating}"),
         format!("--etcd-servers=https://127.0.0.1:{etcd_port}"),
-        format!("--etcd-cafile={}", pki.ca_cert().display()),
+        format!("--etcd-cafile={}", pki.etcd_ca_cert().display()),
         format!(
             "--etcd-certfile={}",
             pki.client_cert(&pki::APISERVER_ETCD_CLIENT).display()
@@ -733,7 +740,7 @@ mod tests {
     }
 
     #[test]
-    fn etcd_serves_only_https_to_clients_and_peers_with_a_certificate_of_the_cluster_ca() {
+    fn etcd_serves_only_https_to_clients_and_peers_with_a_certificate_of_its_own_ca() {
         let pki = Pki {
             dir: "/tmp/pki".into(),
         };
@@ -744,12 +751,12 @@ mod tests {
             "--cert-file=/tmp/pki/etcd-server.crt",
             "--key-file=/tmp/pki/etcd-server.key",
             "--client-cert-auth=true",
-            "--trusted-ca-file=/tmp/pki/ca.crt",
+            "--trusted-ca-file=/tmp/pki/etcd-ca.crt",
             "--listen-peer-urls=https://127.0.0.1:2380",
             "--peer-cert-file=/tmp/pki/etcd-peer.crt",
             "--peer-key-file=/tmp/pki/etcd-peer.key",
             "--peer-client-cert-auth=true",
-            "--peer-trusted-ca-file=/tmp/pki/ca.crt",
+            "--peer-trusted-ca-file=/tmp/pki/etcd-ca.crt",
         ] {
             assert!(etcd.contains(&arg.to_owned()), "{arg} not in {etcd:?}");
         }
@@ -765,7 +772,7 @@ mod tests {
         let apiserver = apiserver_args(&pki, Path::new("/tmp"), 2379, 6443, false);
         for arg in [
             "--etcd-servers=https://127.0.0.1:2379",
-            "--etcd-cafile=/tmp/pki/ca.crt",
+            "--etcd-cafile=/tmp/pki/etcd-ca.crt",
             "--etcd-certfile=/tmp/pki/apiserver-etcd-client.crt",
             "--etcd-keyfile=/tmp/pki/apiserver-etcd-client.key",
         ] {
@@ -803,6 +810,10 @@ mod tests {
         assert!(UpOptions::default().started(&full));
         full.etcd = None;
         assert!(!UpOptions::default().started(&full));
+        // Nor one whose etcd trusted the cluster CA.
+        let mut shared_ca = state_of(&["etcd", "kube-apiserver", "kube-controller-manager"]);
+        shared_ca.etcd.as_mut().unwrap().tls.ca = "/tmp/pki/ca.crt".into();
+        assert!(!UpOptions::default().started(&shared_ca));
     }
 
     #[test]

@@ -1,7 +1,12 @@
-//! Certificates of the local cluster: one CA that signs the apiserver's and etcd's serving
-//! certificates and every component's client certificate, plus the service-account signing key.
-//! The CA's key is kept beside its certificate, so that a node added later gets identities of
-//! its own.
+//! Certificates of the local cluster: the cluster CA, which signs the apiserver's serving
+//! certificate and every component's client certificate, an etcd CA of its own, which signs
+//! etcd's certificates and its two clients' (the apiserver and the tooling), and the
+//! service-account signing key.
+//!
+//! The cluster CA's key is kept beside its certificate, so that a node added later gets
+//! identities of its own. The etcd CA's key is not kept: nothing joins etcd later, and no
+//! identity of the cluster CA (a kubelet's, an administrator's) is one etcd trusts, as with
+//! kubeadm's separate etcd CA.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -66,7 +71,7 @@ pub const KUBE_PROXY: Identity = Identity {
     group: None,
 };
 
-/// The apiserver's identity towards etcd, which requires a client certificate from the cluster
+/// The apiserver's identity towards etcd, which requires a client certificate from the etcd
 /// CA. No group: to the apiserver itself it is a user without any grant.
 pub const APISERVER_ETCD_CLIENT: Identity = Identity {
     file_stem: "apiserver-etcd-client",
@@ -99,6 +104,10 @@ impl Pki {
     pub fn serving_key(&self) -> PathBuf {
         self.dir.join("apiserver.key")
     }
+    /// The CA etcd trusts, and that its clients check it by.
+    pub fn etcd_ca_cert(&self) -> PathBuf {
+        self.dir.join("etcd-ca.crt")
+    }
     /// etcd's certificate towards its clients, for 127.0.0.1 and localhost.
     pub fn etcd_server_cert(&self) -> PathBuf {
         self.dir.join("etcd-server.crt")
@@ -127,9 +136,9 @@ impl Pki {
     }
 }
 
-/// Generates a fresh CA, the apiserver's and etcd's serving certificates, etcd's peer
-/// certificate, client certificates (`clients`, and always the two etcd clients) and the
-/// service-account key.
+/// Generates a fresh cluster CA with the apiserver's serving certificate and the client
+/// certificates of `clients`, a fresh etcd CA with etcd's serving and peer certificates and
+/// its two clients' certificates, and the service-account key.
 pub fn generate(dir: &Path, clients: &[&Identity]) -> Result<Pki> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let pki = Pki { dir: dir.to_owned() };
@@ -170,17 +179,24 @@ pub fn generate(dir: &Path, clients: &[&Identity]) -> Result<Pki> {
             vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
         )
     };
-    let (names, ips) = loopback();
-    issue_serving(&pki, &issuer, "etcd-server", "etcd", names, ips, false)?;
-    let (names, ips) = loopback();
-    issue_serving(&pki, &issuer, "etcd-peer", "etcd", names, ips, true)?;
-
-    for id in clients
-        .iter()
-        .copied()
-        .chain([&APISERVER_ETCD_CLIENT, &ETCD_HEALTHCHECK_CLIENT])
-    {
+    for id in clients {
         issue_client(&pki, &issuer, id)?;
+    }
+
+    // The etcd CA's key lives only here, in memory.
+    let etcd_ca_key = KeyPair::generate()?;
+    let etcd_ca_params = named_ca_params("sample-operator local cluster etcd CA")?;
+    write(
+        &pki.etcd_ca_cert(),
+        &etcd_ca_params.self_signed(&etcd_ca_key)?.pem(),
+    )?;
+    let etcd_issuer = Issuer::new(etcd_ca_params, etcd_ca_key);
+    let (names, ips) = loopback();
+    issue_serving(&pki, &etcd_issuer, "etcd-server", "etcd", names, ips, false)?;
+    let (names, ips) = loopback();
+    issue_serving(&pki, &etcd_issuer, "etcd-peer", "etcd", names, ips, true)?;
+    for id in [&APISERVER_ETCD_CLIENT, &ETCD_HEALTHCHECK_CLIENT] {
+        issue_client(&pki, &etcd_issuer, id)?;
     }
 
     // ECDSA P-256: the apiserver signs service-account tokens with ES256.
@@ -193,11 +209,13 @@ pub fn generate(dir: &Path, clients: &[&Identity]) -> Result<Pki> {
 /// The CA's subject and usages; the same every time, so that an issuer rebuilt from the saved
 /// key names the CA exactly as its certificate does.
 fn ca_params() -> Result<CertificateParams> {
+    named_ca_params("sample-operator local cluster CA")
+}
+
+fn named_ca_params(common_name: &str) -> Result<CertificateParams> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "sample-operator local cluster CA");
+    params.distinguished_name.push(DnType::CommonName, common_name);
     params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,
@@ -359,11 +377,12 @@ mod tests {
     }
 
     #[test]
-    fn etcd_gets_loopback_certificates_and_its_clients_certificates_of_their_own() {
+    fn etcd_gets_loopback_certificates_and_its_clients_certificates_of_their_own_ca() {
         let dir = std::env::temp_dir().join(format!("pki-etcd-test-{}", std::process::id()));
         let pki = generate(&dir, &[&ADMIN]).unwrap();
-        let ca = pki.ca_cert();
-        let ca = ca.to_str().unwrap();
+        let etcd_ca = pki.etcd_ca_cert();
+        let etcd_ca = etcd_ca.to_str().unwrap();
+        let cluster_ca = pki.ca_cert();
         for (path, purposes) in [
             (pki.etcd_server_cert(), &["sslserver"][..]),
             (pki.etcd_peer_cert(), &["sslserver", "sslclient"][..]),
@@ -371,9 +390,35 @@ mod tests {
             (pki.client_cert(&ETCD_HEALTHCHECK_CLIENT), &["sslclient"][..]),
         ] {
             for purpose in purposes {
-                openssl(&["verify", "-CAfile", ca, "-purpose", purpose], &path);
+                openssl(&["verify", "-CAfile", etcd_ca, "-purpose", purpose], &path);
             }
+            // Not the cluster CA's: a certificate of that one is no way into etcd.
+            let out = std::process::Command::new("openssl")
+                .args(["verify", "-CAfile"])
+                .arg(&cluster_ca)
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "{} is the cluster CA's", path.display());
         }
+        let admin = std::process::Command::new("openssl")
+            .args(["verify", "-CAfile", etcd_ca])
+            .arg(pki.client_cert(&ADMIN))
+            .output()
+            .unwrap();
+        assert!(
+            !admin.status.success(),
+            "the admin's certificate is the etcd CA's"
+        );
+        // Its key is nowhere: only the two CAs' certificates and the cluster CA's key are here.
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("ca."))
+            .collect();
+        let mut names = names;
+        names.sort();
+        assert_eq!(names, ["ca.crt", "ca.key", "etcd-ca.crt"]);
         for path in [pki.etcd_server_cert(), pki.etcd_peer_cert()] {
             let names = openssl(&["x509", "-noout", "-ext", "subjectAltName", "-in"], &path);
             assert!(

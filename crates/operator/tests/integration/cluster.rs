@@ -77,17 +77,18 @@ async fn the_local_clusters_kubeconfigs_and_keys_are_private() {
 }
 
 /// Whoever can write to etcd can run a privileged Pod, so etcd answers only clients with a
-/// certificate from the cluster CA: plain HTTP, HTTPS without a certificate and HTTPS with a
-/// certificate of another CA are refused, and the tooling's certificate gets `/health`. Its keys
-/// reach etcd as paths to private files, never in its arguments.
+/// certificate from its own CA: plain HTTP, HTTPS without a certificate, HTTPS with a
+/// certificate of another CA and the cluster administrator's certificate (the cluster CA's)
+/// are refused, and the tooling's certificate gets `/health`. Its keys reach etcd as paths to
+/// private files, never in its arguments.
 #[tokio::test]
-async fn etcd_answers_only_clients_with_a_certificate_of_the_cluster_ca() {
+async fn etcd_answers_only_clients_with_a_certificate_of_its_own_ca() {
     use local_cluster::http::{ClientFiles, Response, Tls, get_with};
     use std::os::unix::fs::PermissionsExt;
 
     if testing::uses_existing_cluster() {
         testing::skipped(
-            "cluster::etcd_answers_only_clients_with_a_certificate_of_the_cluster_ca",
+            "cluster::etcd_answers_only_clients_with_a_certificate_of_its_own_ca",
             "an existing cluster's etcd is not this project's",
         );
         return;
@@ -110,9 +111,16 @@ async fn etcd_answers_only_clients_with_a_certificate_of_the_cluster_ca() {
     std::fs::write(&intruder.cert, foreign.cert.pem()).unwrap();
     testing::write_private(&intruder.key, &foreign.signing_key.serialize_pem()).unwrap();
 
+    // The cluster CA's strongest identity: the administrator, in system:masters.
+    let admin = ClientFiles {
+        cert: cluster.dir().join("pki/admin.crt"),
+        key: cluster.dir().join("pki/admin.key"),
+    };
+    assert!(admin.key.is_file(), "{}", admin.key.display());
+
     let health = format!("https://127.0.0.1:{port}/health");
     let tls = etcd.tls.clone();
-    let [plain, anonymous, foreign, trusted] = tokio::task::spawn_blocking(move || {
+    let [plain, anonymous, foreign, admin, trusted] = tokio::task::spawn_blocking(move || {
         let timeout = Duration::from_secs(5);
         let with_client = |client| Tls {
             ca: tls.ca.clone(),
@@ -122,6 +130,7 @@ async fn etcd_answers_only_clients_with_a_certificate_of_the_cluster_ca() {
             get_with(&format!("http://127.0.0.1:{port}/health"), timeout, None),
             get_with(&health, timeout, Some(&with_client(None))),
             get_with(&health, timeout, Some(&with_client(Some(intruder)))),
+            get_with(&health, timeout, Some(&with_client(Some(admin)))),
             get_with(&health, timeout, Some(&tls)),
         ]
     })
@@ -138,7 +147,11 @@ async fn etcd_answers_only_clients_with_a_certificate_of_the_cluster_ca() {
     assert!(refused(&plain), "plain HTTP: {plain:?}");
     assert!(refused(&anonymous), "HTTPS without a certificate: {anonymous:?}");
     assert!(refused(&foreign), "HTTPS with a foreign certificate: {foreign:?}");
-    let trusted = trusted.expect("etcd answers the cluster CA's client certificate");
+    assert!(
+        refused(&admin),
+        "HTTPS with the cluster CA's admin certificate: {admin:?}"
+    );
+    let trusted = trusted.expect("etcd answers its own CA's client certificate");
     assert_eq!(trusted.status, 200, "{trusted:?}");
     assert!(trusted.body.contains("\"health\":\"true\""), "{trusted:?}");
 
