@@ -1,6 +1,7 @@
 //! `cargo xtask bench --preset quick` runs from start to end: every contender it is given and
-//! every scenario produce a result and a table. A smoke test: no number is asserted, and it
-//! measures the debug build the test run already has, so that CI needs no release build.
+//! every scenario produce a result and a table, and the converging runs count their etcd
+//! writes. A smoke test: no timing is asserted, and it measures the debug build the test run
+//! already has, so that CI needs no release build.
 
 use std::path::Path;
 use std::process::Command;
@@ -63,4 +64,13 @@ fn the_quick_benchmark_runs_every_scenario() {
         );
     }
     assert!(out.join("converged.png").is_file());
+    // Every contender writes Deployments: each backlog and burst run counted its etcd writes.
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    for run in results["runs"].as_array().unwrap() {
+        if matches!(run["scenario"].as_str(), Some("backlog" | "burst")) {
+            let creates = run["etcd_writes"]["create deployments"].as_u64().unwrap_or(0);
+            assert!(creates >= 50, "etcd writes of a run: {run}");
+        }
+    }
 }

@@ -214,8 +214,15 @@ pub async fn delete_namespace(client: &Client, namespace: &str) -> Result<()> {
 /// run. Leases are left out for that reason too (the apiserver renews its identity Lease every
 /// 10 s, and the metric has no namespace or user to tell it apart); no contender runs leader
 /// election by default.
+///
+/// Beside them, the writes the apiserver sent to etcd (`etcd_requests_total`, operations
+/// create, update and delete), keyed by operation and resource: an update that changes nothing
+/// is a request but no etcd write, and a status write is an update of its object.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct RequestCounts(pub BTreeMap<(String, String), f64>);
+pub struct RequestCounts {
+    pub requests: BTreeMap<(String, String), f64>,
+    pub etcd_writes: BTreeMap<(String, String), f64>,
+}
 
 /// Resources a Foo controller reads or writes, as the metric names them.
 const COUNTED_RESOURCES: &[&str] = &[
@@ -228,6 +235,9 @@ const COUNTED_RESOURCES: &[&str] = &[
     "events",
 ];
 
+/// The etcd operations that write.
+const ETCD_WRITES: &[&str] = &["create", "update", "delete"];
+
 impl RequestCounts {
     pub async fn scrape(client: &Client) -> Result<Self> {
         let request = http::Request::get("/metrics").body(Vec::new())?;
@@ -239,46 +249,75 @@ impl RequestCounts {
     }
 
     fn parse(text: &str) -> Self {
-        let mut counts = BTreeMap::new();
+        let mut counts = Self::default();
         for line in text.lines() {
-            let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            let (map, key) = if let Some(rest) = line.strip_prefix("apiserver_request_total{") {
+                let Some((labels, _)) = rest.rsplit_once("} ") else {
+                    continue;
+                };
+                let label = |name: &str| label_value(labels, name).unwrap_or_default();
+                let resource = match label("subresource") {
+                    "" => label("resource").to_owned(),
+                    sub => format!("{}/{sub}", label("resource")),
+                };
+                (&mut counts.requests, (label("verb").to_owned(), resource))
+            } else if let Some(rest) = line.strip_prefix("etcd_requests_total{") {
+                let Some((labels, _)) = rest.rsplit_once("} ") else {
+                    continue;
+                };
+                let label = |name: &str| label_value(labels, name).unwrap_or_default();
+                if !ETCD_WRITES.contains(&label("operation")) {
+                    continue;
+                }
+                (
+                    &mut counts.etcd_writes,
+                    (label("operation").to_owned(), label("resource").to_owned()),
+                )
+            } else {
                 continue;
             };
-            let Some((labels, value)) = rest.rsplit_once("} ") else {
-                continue;
-            };
-            let label = |name: &str| label_value(labels, name).unwrap_or_default();
-            let resource = match label("subresource") {
-                "" => label("resource").to_owned(),
-                sub => format!("{}/{sub}", label("resource")),
-            };
-            if !COUNTED_RESOURCES.contains(&resource.as_str()) {
+            if !COUNTED_RESOURCES.contains(&key.1.as_str()) {
                 continue;
             }
-            let value: f64 = value.trim().parse().unwrap_or(0.0);
-            *counts.entry((label("verb").to_owned(), resource)).or_insert(0.0) += value;
+            let value: f64 = line
+                .rsplit_once("} ")
+                .and_then(|(_, v)| v.trim().parse().ok())
+                .unwrap_or(0.0);
+            *map.entry(key).or_insert(0.0) += value;
         }
-        Self(counts)
+        counts
     }
 
-    /// The requests made between `before` and `self`, without zero entries.
+    /// The requests made between `before` and `self`, keyed `VERB resource`, without zero
+    /// entries.
     pub fn since(&self, before: &RequestCounts) -> BTreeMap<String, u64> {
-        self.0
-            .iter()
-            .map(|((verb, resource), after)| {
-                let earlier = before
-                    .0
-                    .get(&(verb.clone(), resource.clone()))
-                    .copied()
-                    .unwrap_or(0.0);
-                (
-                    format!("{verb} {resource}"),
-                    (after - earlier).round().max(0.0) as u64,
-                )
-            })
-            .filter(|(_, n)| *n > 0)
-            .collect()
+        deltas(&self.requests, &before.requests)
     }
+
+    /// The etcd writes between `before` and `self`, keyed `operation resource`.
+    pub fn etcd_writes_since(&self, before: &RequestCounts) -> BTreeMap<String, u64> {
+        deltas(&self.etcd_writes, &before.etcd_writes)
+    }
+}
+
+fn deltas(
+    after: &BTreeMap<(String, String), f64>,
+    before: &BTreeMap<(String, String), f64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|((verb, resource), after)| {
+            let earlier = before
+                .get(&(verb.clone(), resource.clone()))
+                .copied()
+                .unwrap_or(0.0);
+            (
+                format!("{verb} {resource}"),
+                (after - earlier).round().max(0.0) as u64,
+            )
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 /// The value of `name="..."` in a Prometheus label set (the values here hold no quotes).
@@ -317,21 +356,50 @@ apiserver_request_total{code="409",component="apiserver",dry_run="",group="apps"
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="samplecontroller.k8s.io",resource="foos",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 5
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="",scope="",subresource="/metrics",verb="GET",version=""} 3
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="flowcontrol.apiserver.k8s.io",resource="flowschemas",scope="resource",subresource="",verb="PUT",version="v1"} 9
+# HELP etcd_requests_total [ALPHA] Etcd request counts for each operation and object type.
+etcd_requests_total{group="apps",operation="create",resource="deployments"} 7
+etcd_requests_total{group="apps",operation="get",resource="deployments"} 30
+etcd_requests_total{group="samplecontroller.k8s.io",operation="update",resource="foos"} 4
+etcd_requests_total{group="coordination.k8s.io",operation="update",resource="leases"} 12
 "#;
 
     #[test]
     fn counts_are_summed_over_codes_and_kept_for_controller_resources_only() {
         let counts = RequestCounts::parse(METRICS);
-        assert_eq!(counts.0.len(), 2);
-        assert_eq!(counts.0[&("POST".into(), "deployments".into())], 8.0);
-        assert_eq!(counts.0[&("PATCH".into(), "foos/status".into())], 5.0);
+        assert_eq!(counts.requests.len(), 2);
+        assert_eq!(counts.requests[&("POST".into(), "deployments".into())], 8.0);
+        assert_eq!(counts.requests[&("PATCH".into(), "foos/status".into())], 5.0);
+    }
+
+    #[test]
+    fn etcd_writes_are_kept_by_operation_for_controller_resources_only() {
+        let counts = RequestCounts::parse(METRICS);
+        assert_eq!(
+            counts.etcd_writes,
+            BTreeMap::from([
+                (("create".into(), "deployments".into()), 7.0),
+                (("update".into(), "foos".into()), 4.0),
+            ])
+        );
+        let mut after = counts.clone();
+        *after
+            .etcd_writes
+            .get_mut(&("update".into(), "foos".into()))
+            .unwrap() += 2.0;
+        assert_eq!(
+            after.etcd_writes_since(&counts),
+            BTreeMap::from([("update foos".to_string(), 2)])
+        );
     }
 
     #[test]
     fn deltas_drop_unchanged_entries_and_group_by_verb() {
         let before = RequestCounts::parse(METRICS);
         let mut after = before.clone();
-        *after.0.get_mut(&("POST".into(), "deployments".into())).unwrap() += 3.0;
+        *after
+            .requests
+            .get_mut(&("POST".into(), "deployments".into()))
+            .unwrap() += 3.0;
         let delta = after.since(&before);
         assert_eq!(delta, BTreeMap::from([("POST deployments".to_string(), 3)]));
         assert_eq!(by_verb(&delta), BTreeMap::from([("POST".to_string(), 3)]));

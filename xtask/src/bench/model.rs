@@ -229,6 +229,10 @@ pub struct RunResult {
     pub peak_rss_bytes: u64,
     /// Requests while measured, keyed `VERB resource`, from the apiserver's metrics.
     pub requests: BTreeMap<String, u64>,
+    /// The apiserver's writes to etcd while measured, keyed `operation resource` (none in
+    /// results from before they were counted).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub etcd_writes: BTreeMap<String, u64>,
     /// Converged Foos over time (seconds, count), for the chart.
     pub timeline: Vec<(f64, usize)>,
     /// Why the run has no result, or what to know about it.

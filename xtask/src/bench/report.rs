@@ -76,6 +76,21 @@ impl Group<'_> {
         })
     }
 
+    /// The etcd writes of the runs that counted them, as a cell: `—` where none did.
+    fn etcd_writes(&self) -> String {
+        let counted = self
+            .runs
+            .iter()
+            .filter(|r| !r.etcd_writes.is_empty())
+            .map(|r| r.etcd_writes.values().sum::<u64>() as f64);
+        Spread::of(counted).map_or_else(|| "—".to_owned(), |s| s.show("", 0))
+    }
+
+    /// Median etcd writes by operation and resource, as `create deployments 1000 · update foos 1000`.
+    fn etcd_writes_by_resource(&self) -> String {
+        self.median_requests(|r| r.etcd_writes.clone())
+    }
+
     /// Median requests by verb, as `PATCH 1000 · POST 1000`.
     fn requests(&self) -> String {
         self.median_requests(|r| by_verb(&r.requests))
@@ -172,13 +187,16 @@ fn no_result_row(md: &mut String, group: &Group<'_>, empty: usize) {
 
 /// The requests of each contender by resource, folded away under a table.
 fn resource_details(md: &mut String, groups: &[Group<'_>]) {
-    md.push_str("<details><summary>Requests by resource</summary>\n\n| Contender | Requests |\n|---|---|\n");
+    md.push_str(
+        "<details><summary>Requests and etcd writes by resource</summary>\n\n| Contender | Requests | etcd writes |\n|---|---|---|\n",
+    );
     for group in groups.iter().filter(|g| !g.runs.is_empty()) {
         let _ = writeln!(
             md,
-            "| {} | {} |",
+            "| {} | {} | {} |",
             group.contender.label(),
-            group.requests_by_resource()
+            group.requests_by_resource(),
+            group.etcd_writes_by_resource()
         );
     }
     md.push_str("\n</details>\n\n");
@@ -239,20 +257,22 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
         "## {}, N = {n}\n\n{what} until every Foo has its Deployment and its status.\n",
         capitalised(scenario)
     );
-    md.push_str("| Contender | Foos | Converged in | × ours | × ceiling | CPU | × ours | Peak RSS | × ours | Requests |\n");
-    md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    md.push_str(
+        "| Contender | Foos | Converged in | × ours | × ceiling | CPU | × ours | Peak RSS | × ours | etcd writes | Requests |\n",
+    );
+    md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
     let ours = find(groups, Contender::Ours).map(|i| &groups[i]);
     let ceiling = find(groups, Contender::Ceiling).map(|i| &groups[i]);
     for group in groups {
         let Some(seconds) = group.seconds() else {
-            no_result_row(md, group, 7);
+            no_result_row(md, group, 8);
             continue;
         };
         let cpu = group.cpu().expect("runs");
         let peak = group.spread(|r| mib(r.peak_rss_bytes)).expect("runs");
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             group.contender.label(),
             group.n,
             seconds.show(" s", 1),
@@ -262,6 +282,7 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
             ratio(group, ours, Group::cpu),
             peak.show(" MiB", 0),
             ratio(group, ours, |g| g.spread(|r| r.peak_rss_bytes as f64)),
+            group.etcd_writes(),
             group.requests(),
         );
     }
@@ -277,20 +298,21 @@ fn steady_table(md: &mut String, groups: &[Group<'_>], n: usize, window: u64) {
         human_duration(window)
     );
     md.push_str(
-        "| Contender | Foos | Writes | Writes/min | CPU | RSS | Requests |\n|---|--:|--:|--:|--:|--:|---|\n",
+        "| Contender | Foos | Writes | Writes/min | etcd writes | CPU | RSS | Requests |\n|---|--:|--:|--:|--:|--:|--:|---|\n",
     );
     for group in groups {
         let Some(writes) = group.writes() else {
-            no_result_row(md, group, 4);
+            no_result_row(md, group, 5);
             continue;
         };
         let per_minute = writes.median / (window.max(1) as f64 / 60.0);
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {per_minute:.0} | {} | {} | {} |",
+            "| {} | {} | {} | {per_minute:.0} | {} | {} | {} | {} |",
             group.contender.label(),
             group.n,
             writes.show("", 0),
+            group.etcd_writes(),
             group.cpu().expect("runs").show(" s", 2),
             group.spread(|r| mib(r.rss_bytes)).expect("runs").show(" MiB", 0),
             group.requests(),

@@ -178,9 +178,7 @@ async fn backlog(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult
     let mut result = RunResult::new(spec)
         .with_outcome(&backlog.outcome, &tracker)
         .with_stats(stats);
-    result.requests = RequestCounts::scrape(&env.client)
-        .await?
-        .since(&backlog.counts_before);
+    result.count_requests(&RequestCounts::scrape(&env.client).await?, &backlog.counts_before);
     result.timeline = tracker.timeline(backlog.start);
     Ok(result)
 }
@@ -227,24 +225,32 @@ async fn burst(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> 
     settle(&contender, &outcome).await?;
     let mut stats = read_unless_died(&contender, &outcome)?;
     stats.cpu_seconds -= cpu_before;
-    let mut requests = RequestCounts::scrape(&env.client).await?.since(&before);
-    remove_own_creates(&mut requests, spec.n);
-
     let mut result = RunResult::new(spec)
         .with_outcome(&outcome, &tracker)
         .with_stats(stats);
-    result.requests = requests;
+    result.count_requests(&RequestCounts::scrape(&env.client).await?, &before);
+    remove_own_creates(&mut result.requests, "POST foos", spec.n);
+    remove_own_creates(&mut result.etcd_writes, "create foos", spec.n);
     result.timeline = tracker.timeline(start);
     Ok(result)
 }
 
-/// The benchmark's own Foo creates are in the burst's window; no controller creates Foos.
-fn remove_own_creates(requests: &mut BTreeMap<String, u64>, n: usize) {
-    if let Some(creates) = requests.get_mut("POST foos") {
+/// The benchmark's own Foo creates (requests, or etcd writes: `key`) are in the burst's window;
+/// no controller creates Foos.
+fn remove_own_creates(counts: &mut BTreeMap<String, u64>, key: &str, n: usize) {
+    if let Some(creates) = counts.get_mut(key) {
         *creates = creates.saturating_sub(n as u64);
         if *creates == 0 {
-            requests.remove("POST foos");
+            counts.remove(key);
         }
+    }
+}
+
+impl RunResult {
+    /// The requests and etcd writes between two scrapes.
+    fn count_requests(&mut self, after: &RequestCounts, before: &RequestCounts) {
+        self.requests = after.since(before);
+        self.etcd_writes = after.etcd_writes_since(before);
     }
 }
 
@@ -278,7 +284,7 @@ async fn steady(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult>
     let mut result = RunResult::new(spec).with_stats(stats);
     result.converged = tracker.converged();
     result.seconds = Some(env.options.steady_window.as_secs_f64());
-    result.requests = RequestCounts::scrape(&env.client).await?.since(&before);
+    result.count_requests(&RequestCounts::scrape(&env.client).await?, &before);
     result.note = match (spec.contender.is_rate_limited(), idle) {
         (true, _) => Some(ceiling_prepared(spec.n)),
         (false, false) => Some("still busy a minute after converging; the window began anyway".into()),
@@ -315,7 +321,7 @@ async fn memory(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult>
     let mut result = RunResult::new(spec).with_stats(proc_stats::read(contender.pid())?);
     result.converged = tracker.converged();
     result.seconds = Some(start.elapsed().as_secs_f64());
-    result.requests = RequestCounts::scrape(&env.client).await?.since(&counts_before);
+    result.count_requests(&RequestCounts::scrape(&env.client).await?, &counts_before);
     result.note = match (spec.contender.is_rate_limited(), idle) {
         (true, _) => Some(ceiling_prepared(spec.n)),
         (false, false) => Some("still busy two minutes after converging; memory read then".into()),
@@ -344,7 +350,7 @@ async fn restart(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult
     result.converged = tracker.converged();
     result.seconds = Some(ready.as_secs_f64());
     result.list_seconds = Some(list.as_secs_f64());
-    result.requests = RequestCounts::scrape(&env.client).await?.since(&before);
+    result.count_requests(&RequestCounts::scrape(&env.client).await?, &before);
     if !idle {
         result.note = Some("still busy a minute after it was ready; memory read then".into());
     }
@@ -421,7 +427,7 @@ mod tests {
             ("POST foos".to_string(), 50),
             ("POST deployments".to_string(), 50),
         ]);
-        remove_own_creates(&mut requests, 50);
+        remove_own_creates(&mut requests, "POST foos", 50);
         assert_eq!(requests, BTreeMap::from([("POST deployments".to_string(), 50)]));
     }
 }
