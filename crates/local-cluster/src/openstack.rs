@@ -37,9 +37,11 @@ pub const REGION: &str = "RegionOne";
 /// How long neutron-server trusts a token it has checked with Keystone (the default is 300 s):
 /// a test that revokes a token waits that long, and a check costs a third of a request.
 pub const TOKEN_CACHE_SECONDS: u64 = 10;
-/// How long Keystone's tokens last: two minutes instead of an hour, so that every test that
-/// runs longer sees its clients renew them, and one test runs past several.
-pub const TOKEN_LIFETIME_SECONDS: u64 = 120;
+/// How long Keystone's tokens last: three minutes instead of an hour, so that every test that
+/// runs longer sees its clients renew them, and one test runs past one and a half. Not two:
+/// keystoneauth (the `openstack` command line, neutron-server's token middleware) takes a
+/// token with under 120 s left as expired and authenticates again for every request.
+pub const TOKEN_LIFETIME_SECONDS: u64 = 180;
 /// The clouds of `clouds.yaml`.
 pub const CLOUD: &str = "sample-operator";
 pub const PASSWORD_CLOUD: &str = "sample-operator-password";
@@ -397,7 +399,18 @@ impl OpenStack {
         )
         .await?;
         let log = self.logs_dir().join("openstack-setup.log");
-        let list = self.openstack_as(CLOUD, &["network", "list", "-f", "json"]);
+        // A name nothing has: the answer is short however many networks the project holds.
+        let list = self.openstack_as(
+            CLOUD,
+            &[
+                "network",
+                "list",
+                "--name",
+                "sample-operator-readiness",
+                "-f",
+                "json",
+            ],
+        );
         tokio::task::spawn_blocking(move || {
             run_with_input(list, "", &log, "the openstack command line", Output::Log)
         })

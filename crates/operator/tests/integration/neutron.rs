@@ -1956,9 +1956,9 @@ async fn a_rebuilt_cluster_adopts_its_old_networks_without_creating_them_again()
 }
 
 /// The test bed's Keystone issues tokens for [`TOKEN_LIFETIME_SECONDS`]: an operator running
-/// past two of their lifetimes (listing Neutron every few seconds, and syncing a Network at
-/// the end) renews each token before it expires, on its own: no restart, no failed request or
-/// reconcile, and about one token a lifetime, counted as they leave for Keystone.
+/// past one and a half of their lifetimes (listing Neutron every few seconds, and syncing a
+/// Network at the end) renews each token before it expires, on its own: no restart, no failed
+/// request or reconcile, and about one token a lifetime, counted as they leave for Keystone.
 #[tokio::test]
 async fn tokens_are_renewed_before_they_expire_without_a_failed_request() {
     let Scene(_, bed, _hold, _, ns, api) = Scene::new("neutron-tokens", Bed::Shared).await;
@@ -1987,7 +1987,7 @@ async fn tokens_are_renewed_before_they_expire_without_a_failed_request() {
     .unwrap();
     wait_reason(&api, "early", "Synced").await;
     let lifetime = Duration::from_secs(TOKEN_LIFETIME_SECONDS);
-    tokio::time::sleep(lifetime * 2 + Duration::from_secs(15)).await;
+    tokio::time::sleep(lifetime * 3 / 2 + Duration::from_secs(15)).await;
     api.create(
         &PostParams::default(),
         &network("late", "10.71.2.0/24", "10.71.2.1"),

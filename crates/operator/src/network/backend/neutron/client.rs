@@ -134,6 +134,21 @@ struct Connected {
     client: AsyncOpenStack,
     /// When a new session replaces this one, before its token expires.
     renew_at: Option<Instant>,
+    /// When its token expires.
+    expires_at: Option<Instant>,
+}
+
+impl Connected {
+    fn is_stale(&self, now: Instant, lasting: Duration) -> bool {
+        is_stale(self.renew_at, self.expires_at, now, lasting)
+    }
+}
+
+/// Whether a session is to be replaced before a request that may take `lasting` (all the
+/// pages of a listing): at its renewal time, or when its token would expire before the
+/// request is done.
+fn is_stale(renew_at: Option<Instant>, expires_at: Option<Instant>, now: Instant, lasting: Duration) -> bool {
+    renew_at.is_some_and(|at| now >= at) || expires_at.is_some_and(|at| now + lasting >= at)
 }
 
 /// A lazily made, shared SDK session, counted in the metrics.
@@ -146,6 +161,10 @@ pub struct Session {
     if_match: tokio::sync::OnceCell<bool>,
     /// Names the operator and its cluster in neutron-server's access log.
     agent: http::HeaderValue,
+    /// How long the last complete listing took, all its pages, in milliseconds: a listing
+    /// starts on a session whose token lasts twice that, so that no page meets an expired
+    /// token when Neutron is slow.
+    listing_millis: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -171,14 +190,16 @@ impl Session {
             requests: BackendRequests::new(&metrics),
             if_match: tokio::sync::OnceCell::new(),
             agent: user_agent(cluster_id),
+            listing_millis: Default::default(),
         }
     }
 
-    /// The session, made if there is none; single-flight, so a hundred reconciles make one.
-    async fn client(&self) -> Result<(AsyncOpenStack, u64), BackendError> {
+    /// The session, made if there is none or if its token would not last `lasting` more;
+    /// single-flight, so a hundred reconciles make one.
+    async fn client(&self, lasting: Duration) -> Result<(AsyncOpenStack, u64), BackendError> {
         let mut state = self.state.lock().await;
         if let Some(connected) = &state.connected {
-            if connected.renew_at.is_none_or(|at| Instant::now() < at) {
+            if !connected.is_stale(Instant::now(), lasting) {
                 return Ok((connected.client.clone(), state.generation));
             }
             // Requests in flight keep the old session, whose token is still valid.
@@ -238,14 +259,21 @@ impl Session {
             .await
             .map_err(|e| classify(&e, "discovering the network API's versions"))?;
         // Renewed well before expiry; a token refused before then makes a new session in `send`.
-        let renew_at = client.get_auth_info().and_then(|info| {
+        let (renew_at, expires_at) = client.get_auth_info().map_or((None, None), |info| {
             let now = chrono::Utc::now();
             let lifetime = info.token.expires_at - info.token.issued_at.unwrap_or(now);
-            let left = info.token.expires_at - renewal_margin(Some(lifetime)) - now;
-            Some(Instant::now() + left.to_std().ok()?)
+            let at = |when: chrono::DateTime<chrono::Utc>| Some(Instant::now() + (when - now).to_std().ok()?);
+            (
+                at(info.token.expires_at - renewal_margin(Some(lifetime))),
+                at(info.token.expires_at),
+            )
         });
         tracing::info!(cloud = %self.source.describe(), "authenticated to Keystone");
-        Ok(Connected { client, renew_at })
+        Ok(Connected {
+            client,
+            renew_at,
+            expires_at,
+        })
     }
 
     fn count(&self, method: &'static str, resource: &'static str, error: Option<&BackendError>) {
@@ -277,9 +305,50 @@ impl Session {
         E: QueryAsync<T, AsyncOpenStack> + Sync,
         T: 'static,
     {
+        self.send_lasting(method, resource, action, endpoint, Duration::ZERO)
+            .await
+    }
+
+    /// Sends a listing, all its pages, on a session whose token lasts twice as long as the
+    /// last listing took, and remembers how long this one took.
+    async fn send_listing<T, E>(
+        &self,
+        resource: &'static str,
+        action: &str,
+        endpoint: E,
+    ) -> Result<T, BackendError>
+    where
+        E: QueryAsync<T, AsyncOpenStack> + Sync,
+        T: 'static,
+    {
+        use std::sync::atomic::Ordering;
+        let last = Duration::from_millis(self.listing_millis.load(Ordering::Relaxed));
+        let started = Instant::now();
+        let result = self
+            .send_lasting("GET", resource, action, endpoint, last * 2)
+            .await;
+        if result.is_ok() {
+            let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.listing_millis.store(took, Ordering::Relaxed);
+        }
+        result
+    }
+
+    async fn send_lasting<T, E>(
+        &self,
+        method: &'static str,
+        resource: &'static str,
+        action: &str,
+        endpoint: E,
+        lasting: Duration,
+    ) -> Result<T, BackendError>
+    where
+        E: QueryAsync<T, AsyncOpenStack> + Sync,
+        T: 'static,
+    {
         let mut retried = false;
         loop {
-            let (client, generation) = self.client().await?;
+            let (client, generation) = self.client(lasting).await?;
             let result = endpoint
                 .query_async(&client)
                 .await
@@ -342,13 +411,8 @@ impl Session {
             request.name(name);
         }
         let request = request.build().map_err(|e| BackendError::Failed(e.to_string()))?;
-        self.send(
-            "GET",
-            "networks",
-            "listing networks",
-            paged(request, Pagination::All),
-        )
-        .await
+        self.send_listing("networks", "listing networks", paged(request, Pagination::All))
+            .await
     }
 
     /// Every network whose description is `marker`: ours, also where its tags never came.
@@ -358,13 +422,8 @@ impl Session {
             .description(marker)
             .build()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
-        self.send(
-            "GET",
-            "networks",
-            "listing networks",
-            paged(request, Pagination::All),
-        )
-        .await
+        self.send_listing("networks", "listing networks", paged(request, Pagination::All))
+            .await
     }
 
     /// Every subnet tagged with all of `tags`.
@@ -373,13 +432,8 @@ impl Session {
         request.header(http::header::USER_AGENT, self.agent.clone());
         request.tags(tags.iter().map(String::as_str));
         let request = request.build().map_err(|e| BackendError::Failed(e.to_string()))?;
-        self.send(
-            "GET",
-            "subnets",
-            "listing subnets",
-            paged(request, Pagination::All),
-        )
-        .await
+        self.send_listing("subnets", "listing subnets", paged(request, Pagination::All))
+            .await
     }
 
     /// Every subnet on the network `network_id`, tagged or not.
@@ -389,13 +443,8 @@ impl Session {
             .network_id(network_id)
             .build()
             .map_err(|e| BackendError::Failed(e.to_string()))?;
-        self.send(
-            "GET",
-            "subnets",
-            "listing subnets",
-            paged(request, Pagination::All),
-        )
-        .await
+        self.send_listing("subnets", "listing subnets", paged(request, Pagination::All))
+            .await
     }
 
     /// Creates the network, with the marker description; [`Self::add_tag`] tags it.
@@ -752,6 +801,22 @@ mod tests {
         assert_eq!(renewal_margin(None), seconds(60));
         assert_eq!(renewal_margin(Some(seconds(3600))), seconds(60));
         assert_eq!(renewal_margin(Some(seconds(120))), seconds(30));
+    }
+
+    #[test]
+    fn a_long_listing_starts_on_a_token_that_outlasts_it() {
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        // Renewed at its time, whatever the request.
+        assert!(is_stale(Some(now), Some(now + s(30)), now, Duration::ZERO));
+        // A single request goes on a token with 60 s left; a listing that took 40 s last time
+        // (80 s asked) does not.
+        let (renew, expire) = (Some(now + s(30)), Some(now + s(60)));
+        assert!(!is_stale(renew, expire, now, Duration::ZERO));
+        assert!(!is_stale(renew, expire, now, s(50)));
+        assert!(is_stale(renew, expire, now, s(80)));
+        // A token with no known expiry is kept.
+        assert!(!is_stale(None, None, now, s(3600)));
     }
 
     #[test]
