@@ -87,9 +87,19 @@ pub struct BenchArgs {
     /// second, so a larger N only makes the run longer.
     #[arg(long, default_value_t = model::RATE_LIMITED_CAP, default_value_if("preset", "quick", "100"))]
     rate_limited_cap: usize,
-    /// Concurrent Foos of the ceiling; keep it equal to our operator's default.
+    /// Concurrent Foos of the tuned peers (workers, concurrent reconciles); keep it equal to our
+    /// operator's default.
     #[arg(long, default_value_t = model::OPERATOR_CONCURRENCY)]
     concurrency: usize,
+    /// The ceiling's concurrencies: it runs at each, and its row is the fastest, so that no
+    /// contender can beat it by a better setting.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "8,16,32,64,128",
+        default_value_if("preset", "quick", "16,64")
+    )]
+    ceiling_concurrencies: Vec<usize>,
     /// A run that has not converged after this long is recorded as timed out.
     #[arg(long, default_value = "30m", default_value_if("preset", "quick", "3m"), value_parser = parse_duration)]
     timeout: Duration,
@@ -241,6 +251,7 @@ async fn describe(args: &BenchArgs, kubernetes_version: &str) -> Meta {
         go_version: command_output("go", &["env", "GOVERSION"]),
         repeats: args.repeats,
         concurrency: args.concurrency,
+        ceiling_concurrencies: args.ceiling_concurrencies.clone(),
         rate_limited_cap: args.rate_limited_cap,
         steady_window_seconds: args.steady_window.as_secs(),
         other_cluster_running: LocalCluster::default().is_healthy().await,
@@ -272,26 +283,35 @@ fn operator_commit() -> String {
 
 /// Resumed runs must be the same benchmark as the ones they join.
 fn check_resumable(args: &BenchArgs, meta: &Meta) -> Result<()> {
+    // Results from before the sweep ran the ceiling at `--concurrency`.
+    let swept = if meta.ceiling_concurrencies.is_empty() {
+        vec![meta.concurrency]
+    } else {
+        meta.ceiling_concurrencies.clone()
+    };
     let now = (
         args.repeats,
         args.concurrency,
         args.rate_limited_cap,
         args.steady_window.as_secs(),
+        &args.ceiling_concurrencies,
     );
     let then = (
         meta.repeats,
         meta.concurrency,
         meta.rate_limited_cap,
         meta.steady_window_seconds,
+        &swept,
     );
     if now != then {
         bail!(
             "cannot resume: results.json was taken with --repeats {} --concurrency {} --rate-limited-cap {} \
-             --steady-window {}s; give the same options",
+             --steady-window {}s --ceiling-concurrencies {}; give the same options",
             then.0,
             then.1,
             then.2,
-            then.3
+            then.3,
+            swept.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
         );
     }
     Ok(())
@@ -364,13 +384,21 @@ fn plan(args: &BenchArgs) -> Vec<RunSpec> {
                     {
                         continue;
                     }
-                    plan.push(RunSpec {
-                        scenario,
-                        contender,
-                        planned_n: n,
-                        n: contender.cap(scenario, n, args.rate_limited_cap),
-                        repeat,
-                    });
+                    let concurrencies = if contender == Contender::Ceiling {
+                        args.ceiling_concurrencies.clone()
+                    } else {
+                        vec![args.concurrency]
+                    };
+                    for concurrency in concurrencies {
+                        plan.push(RunSpec {
+                            scenario,
+                            contender,
+                            planned_n: n,
+                            n: contender.cap(scenario, n, args.rate_limited_cap),
+                            repeat,
+                            concurrency,
+                        });
+                    }
                 }
             }
         }
@@ -421,17 +449,29 @@ mod tests {
     #[test]
     fn the_plan_alternates_contenders_and_rotates_who_goes_first() {
         let plan = plan(&args(
-            "--n 10 --repeats 2 --scenarios backlog --contenders ours,ceiling",
+            "--n 10 --repeats 2 --scenarios backlog --contenders ours,ceiling --ceiling-concurrencies 16,64",
         ));
-        let order: Vec<Contender> = plan.iter().map(|r| r.contender).collect();
+        let order: Vec<(Contender, usize)> = plan.iter().map(|r| (r.contender, r.concurrency)).collect();
         assert_eq!(
             order,
             [
-                Contender::Ours,
-                Contender::Ceiling,
-                Contender::Ceiling,
-                Contender::Ours
+                (Contender::Ours, 16),
+                (Contender::Ceiling, 16),
+                (Contender::Ceiling, 64),
+                (Contender::Ceiling, 16),
+                (Contender::Ceiling, 64),
+                (Contender::Ours, 16),
             ]
+        );
+    }
+
+    #[test]
+    fn the_ceiling_is_swept_by_default_and_briefly_in_the_quick_preset() {
+        assert_eq!(args("").ceiling_concurrencies, [8, 16, 32, 64, 128]);
+        assert_eq!(args("--preset quick").ceiling_concurrencies, [16, 64]);
+        assert_eq!(
+            args("--preset quick --ceiling-concurrencies 32").ceiling_concurrencies,
+            [32]
         );
     }
 

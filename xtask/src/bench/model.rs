@@ -182,6 +182,9 @@ pub struct RunSpec {
     /// N this contender runs at (lower when capped).
     pub n: usize,
     pub repeat: usize,
+    /// Foos handled at once: `--concurrency` for the controllers, one value of the sweep for
+    /// the ceiling.
+    pub concurrency: usize,
 }
 
 impl fmt::Display for RunSpec {
@@ -193,6 +196,9 @@ impl fmt::Display for RunSpec {
             self.n,
             self.contender.label()
         )?;
+        if self.contender == Contender::Ceiling {
+            write!(f, ", {} at once", self.concurrency)?;
+        }
         if self.n != self.planned_n {
             write!(f, " (capped from {})", self.planned_n)?;
         }
@@ -240,6 +246,10 @@ pub struct RunResult {
     /// Restart: how long the apiserver took to list the same Foos and Deployments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub list_seconds: Option<f64>,
+    /// Foos handled at once (see [`RunSpec::concurrency`]); results from before it was
+    /// recorded get the run's `--concurrency` when loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
 }
 
 impl RunResult {
@@ -250,6 +260,7 @@ impl RunResult {
             planned_n: spec.planned_n,
             n: spec.n,
             repeat: spec.repeat,
+            concurrency: Some(spec.concurrency),
             ..Self::default()
         }
     }
@@ -263,6 +274,7 @@ impl RunResult {
         self.scenario == Some(spec.scenario)
             && self.contender == Some(spec.contender)
             && (self.n, self.repeat) == (spec.n, spec.repeat)
+            && self.concurrency == Some(spec.concurrency)
             && self.planned_n != spec.planned_n
     }
 
@@ -281,6 +293,7 @@ impl RunResult {
         self.scenario == Some(spec.scenario)
             && self.contender == Some(spec.contender)
             && (self.planned_n, self.n, self.repeat) == (spec.planned_n, spec.n, spec.repeat)
+            && self.concurrency == Some(spec.concurrency)
     }
 
     /// One line for the console.
@@ -305,6 +318,24 @@ impl RunResult {
     }
 }
 
+/// The ceiling's concurrency that converged `scenario` at `planned_n` fastest (lowest median),
+/// among those with a successful run: the one the ceiling row stands for.
+pub fn fastest_ceiling(runs: &[RunResult], scenario: Scenario, planned_n: usize) -> Option<usize> {
+    let mut by_concurrency: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for run in runs.iter().filter(|r| {
+        r.contender == Some(Contender::Ceiling) && r.scenario == Some(scenario) && r.planned_n == planned_n
+    }) {
+        if let (Some(c), Some(seconds)) = (run.concurrency, run.seconds) {
+            by_concurrency.entry(c).or_default().push(seconds);
+        }
+    }
+    by_concurrency
+        .into_iter()
+        .filter_map(|(c, seconds)| Some((c, Spread::of(seconds)?.median)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(c, _)| c)
+}
+
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
@@ -318,6 +349,9 @@ pub struct Meta {
     pub go_version: String,
     pub repeats: usize,
     pub concurrency: usize,
+    /// The ceiling's sweep; empty in results from before it swept (it ran at `concurrency`).
+    #[serde(default)]
+    pub ceiling_concurrencies: Vec<usize>,
     pub rate_limited_cap: usize,
     pub steady_window_seconds: u64,
     /// Whether the test cluster (.cluster/) was running beside the benchmark's.
@@ -397,6 +431,7 @@ mod tests {
             planned_n,
             n: 1000,
             repeat: 0,
+            concurrency: 16,
         };
         let mut ran = RunResult::new(&spec(1000));
         ran.seconds = Some(200.0);
@@ -406,6 +441,40 @@ mod tests {
         assert!(reused.is_of(&spec(5000)));
         assert_eq!(reused.seconds, Some(200.0));
         assert!(reused.note.unwrap().contains("N = 1000"));
+    }
+
+    #[test]
+    fn the_ceiling_stands_for_its_fastest_concurrency_by_median() {
+        let run = |concurrency, seconds: Option<f64>| RunResult {
+            scenario: Some(Scenario::Backlog),
+            contender: Some(Contender::Ceiling),
+            planned_n: 1000,
+            n: 1000,
+            concurrency: Some(concurrency),
+            seconds,
+            ..RunResult::default()
+        };
+        let runs = [
+            run(16, Some(10.0)),
+            run(16, Some(12.0)),
+            run(64, Some(9.0)),
+            run(64, Some(10.5)),
+            run(64, Some(10.0)),
+            // A failed run counts for nothing.
+            run(128, None),
+        ];
+        assert_eq!(fastest_ceiling(&runs, Scenario::Backlog, 1000), Some(64));
+        assert_eq!(fastest_ceiling(&runs, Scenario::Burst, 1000), None);
+        // The same run at another concurrency is another run.
+        let spec = RunSpec {
+            scenario: Scenario::Backlog,
+            contender: Contender::Ceiling,
+            planned_n: 1000,
+            n: 1000,
+            repeat: 0,
+            concurrency: 16,
+        };
+        assert!(runs[0].is_of(&spec) && !runs[2].is_of(&spec));
     }
 
     #[test]

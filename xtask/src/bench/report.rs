@@ -31,7 +31,12 @@ pub fn save(out: &Path, results: &Results) -> Result<()> {
 pub fn load(out: &Path) -> Result<Results> {
     let path = out.join("results.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(serde_json::from_str(&text)?)
+    let mut results: Results = serde_json::from_str(&text)?;
+    // Runs from before the concurrency was recorded ran at the benchmark's `--concurrency`.
+    for run in &mut results.runs {
+        run.concurrency.get_or_insert(results.meta.concurrency);
+    }
+    Ok(results)
 }
 
 /// Writes RESULTS.md and converged.png.
@@ -41,14 +46,24 @@ pub fn write(out: &Path, results: &Results, plan: &[RunSpec]) -> Result<()> {
     chart::draw(&out.join("converged.png"), &results.runs)
 }
 
-/// The successful runs of one contender in one scenario and size.
+/// The successful runs of one contender in one scenario and size (and, for the ceiling, one
+/// concurrency of its sweep).
 struct Group<'a> {
     contender: Contender,
     n: usize,
+    /// The ceiling's concurrency; `None` for the controllers.
+    concurrency: Option<usize>,
     runs: Vec<&'a RunResult>,
 }
 
 impl Group<'_> {
+    fn label(&self) -> String {
+        match self.concurrency {
+            Some(c) => format!("{}, {c} at once", self.contender.label()),
+            None => self.contender.label().to_owned(),
+        }
+    }
+
     fn spread(&self, value: impl Fn(&RunResult) -> f64) -> Option<Spread> {
         Spread::of(self.runs.iter().map(|r| value(r)))
     }
@@ -123,25 +138,51 @@ impl Group<'_> {
     }
 }
 
-/// The groups of one scenario and planned size, in the contenders' usual order.
+/// The groups of one scenario and planned size, in the contenders' usual order; the ceiling
+/// has one for each concurrency it ran at.
 fn groups(runs: &[RunResult], scenario: Scenario, planned_n: usize) -> Vec<Group<'_>> {
-    Contender::ALL
-        .iter()
-        .filter_map(|&contender| {
-            let mine: Vec<&RunResult> = runs
-                .iter()
-                .filter(|r| {
-                    r.scenario == Some(scenario) && r.planned_n == planned_n && r.contender == Some(contender)
-                })
-                .collect();
-            let n = mine.first()?.n;
-            Some(Group {
+    let mut groups = Vec::new();
+    for &contender in &Contender::ALL {
+        let mine: Vec<&RunResult> = runs
+            .iter()
+            .filter(|r| {
+                r.scenario == Some(scenario) && r.planned_n == planned_n && r.contender == Some(contender)
+            })
+            .collect();
+        let Some(n) = mine.first().map(|r| r.n) else {
+            continue;
+        };
+        let mut concurrencies: Vec<Option<usize>> = if contender == Contender::Ceiling {
+            mine.iter().map(|r| r.concurrency).collect()
+        } else {
+            vec![None]
+        };
+        concurrencies.sort_unstable();
+        concurrencies.dedup();
+        for concurrency in concurrencies {
+            groups.push(Group {
                 contender,
                 n,
-                runs: mine.into_iter().filter(|r| r.succeeded()).collect(),
-            })
-        })
-        .collect()
+                concurrency,
+                runs: mine
+                    .iter()
+                    .copied()
+                    .filter(|r| r.succeeded() && (concurrency.is_none() || r.concurrency == concurrency))
+                    .collect(),
+            });
+        }
+    }
+    groups
+}
+
+/// The ceiling's fastest group (lowest median), which stands for the ceiling.
+fn fastest_ceiling<'g, 'a>(groups: &'g [Group<'a>]) -> Option<&'g Group<'a>> {
+    groups
+        .iter()
+        .filter(|g| g.contender == Contender::Ceiling)
+        .filter_map(|g| Some((g, g.seconds()?.median)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(g, _)| g)
 }
 
 /// `value` of `group` over `value` of `reference`, per Foo when their N differ (a capped
@@ -177,12 +218,7 @@ fn find(groups: &[Group<'_>], contender: Contender) -> Option<usize> {
 /// A table row saying `group` has no result, followed by `empty` empty cells.
 fn no_result_row(md: &mut String, group: &Group<'_>, empty: usize) {
     let cells = " |".repeat(empty);
-    let _ = writeln!(
-        md,
-        "| {} | {} | no result |{cells}",
-        group.contender.label(),
-        group.n
-    );
+    let _ = writeln!(md, "| {} | {} | no result |{cells}", group.label(), group.n);
 }
 
 /// The requests of each contender by resource, folded away under a table.
@@ -194,7 +230,7 @@ fn resource_details(md: &mut String, groups: &[Group<'_>]) {
         let _ = writeln!(
             md,
             "| {} | {} | {} |",
-            group.contender.label(),
+            group.label(),
             group.requests_by_resource(),
             group.etcd_writes_by_resource()
         );
@@ -262,18 +298,33 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
     );
     md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
     let ours = find(groups, Contender::Ours).map(|i| &groups[i]);
-    let ceiling = find(groups, Contender::Ceiling).map(|i| &groups[i]);
-    for group in groups {
+    let ceiling = fastest_ceiling(groups);
+    let sweep: Vec<&Group<'_>> = groups
+        .iter()
+        .filter(|g| g.contender == Contender::Ceiling)
+        .collect();
+    // The ceiling's row is its fastest concurrency (the first, when none has a result).
+    let ceiling_row = ceiling.or(sweep.first().copied());
+    let shown = groups
+        .iter()
+        .filter(|g| g.contender != Contender::Ceiling || ceiling_row.is_some_and(|c| std::ptr::eq(c, *g)));
+    for group in shown {
         let Some(seconds) = group.seconds() else {
             no_result_row(md, group, 8);
             continue;
         };
         let cpu = group.cpu().expect("runs");
         let peak = group.spread(|r| mib(r.peak_rss_bytes)).expect("runs");
+        let label = match group.concurrency {
+            Some(c) if sweep.len() > 1 => {
+                format!("{}, fastest of its sweep: {c} at once", group.contender.label())
+            }
+            _ => group.label(),
+        };
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            group.contender.label(),
+            label,
             group.n,
             seconds.show(" s", 1),
             ratio(group, ours, Group::seconds),
@@ -287,7 +338,53 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
         );
     }
     md.push('\n');
+    faster_than_the_ceiling(md, groups, ceiling);
+    ceiling_sweep(md, &sweep);
     resource_details(md, groups);
+}
+
+/// A contender faster than the ceiling beyond both spreads (its slowest run faster than the
+/// ceiling's fastest) means the ceiling is no bound: said under the table.
+fn faster_than_the_ceiling(md: &mut String, groups: &[Group<'_>], ceiling: Option<&Group<'_>>) {
+    let Some(bound) = ceiling.and_then(Group::seconds) else {
+        return;
+    };
+    for group in groups.iter().filter(|g| g.contender != Contender::Ceiling) {
+        if let Some(seconds) = group.seconds()
+            && seconds.max < bound.min
+        {
+            let _ = writeln!(
+                md,
+                "**{} converged faster than the ceiling** ({} against {}): the ceiling is no bound \
+                 here, and the ratios to it say nothing.\n",
+                group.label(),
+                seconds.show(" s", 1),
+                bound.show(" s", 1)
+            );
+        }
+    }
+}
+
+/// The ceiling at each concurrency it ran at, folded away under a table.
+fn ceiling_sweep(md: &mut String, sweep: &[&Group<'_>]) {
+    if sweep.len() < 2 {
+        return;
+    }
+    md.push_str("<details><summary>The ceiling at each concurrency</summary>\n\n| At once | Converged in | CPU |\n|--:|--:|--:|\n");
+    for group in sweep {
+        let (seconds, cpu) = match (group.seconds(), group.cpu()) {
+            (Some(seconds), Some(cpu)) => (seconds.show(" s", 1), cpu.show(" s", 2)),
+            _ => ("no result".to_owned(), String::new()),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {seconds} | {cpu} |",
+            group
+                .concurrency
+                .map_or_else(|| "–".to_owned(), |c| c.to_string())
+        );
+    }
+    md.push_str("\n</details>\n\n");
 }
 
 fn steady_table(md: &mut String, groups: &[Group<'_>], n: usize, window: u64) {
@@ -309,7 +406,7 @@ fn steady_table(md: &mut String, groups: &[Group<'_>], n: usize, window: u64) {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {per_minute:.0} | {} | {} | {} | {} |",
-            group.contender.label(),
+            group.label(),
             group.n,
             writes.show("", 0),
             group.etcd_writes(),
@@ -345,7 +442,7 @@ fn memory_table(md: &mut String, groups: &[Group<'_>], n: usize) {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {per_foo:.1} KiB | {} | {} | {} | {} | {} |",
-            group.contender.label(),
+            group.label(),
             group.n,
             rss.show(" MiB", 0),
             ratio(group, ours, |g| g.spread(|r| r.rss_bytes as f64)),
@@ -390,7 +487,7 @@ fn restart_table(md: &mut String, groups: &[Group<'_>], n: usize) {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {over_lists} | {} | {} | {:.2} | {} | {} |",
-            group.contender.label(),
+            group.label(),
             group.n,
             ready.show(" s", 2),
             peak.show(" MiB", 0),
@@ -414,7 +511,7 @@ fn targets(md: &mut String, runs: &[RunResult]) {
             let Some(ours) = find(&groups, Contender::Ours).map(|i| &groups[i]) else {
                 continue;
             };
-            if let Some(ceiling) = find(&groups, Contender::Ceiling).map(|i| &groups[i]) {
+            if let Some(ceiling) = fastest_ceiling(&groups) {
                 let r = ratio(ours, Some(ceiling), Group::seconds);
                 lines.push(aim(
                     &format!("{scenario}, N = {n}: converges within 1.2× the ceiling"),
@@ -683,6 +780,7 @@ mod tests {
                 ("POST deployments".into(), n as u64),
                 ("PATCH foos/status".into(), n as u64),
             ]),
+            concurrency: Some(16),
             ..Default::default()
         }
     }
@@ -728,6 +826,7 @@ mod tests {
             planned_n: 1000,
             n: 1000,
             repeat,
+            concurrency: 16,
         };
         let plan = [
             spec(Contender::Ours, 0),
@@ -779,6 +878,54 @@ mod tests {
         // 150 s for 300 Foos is 0.5 s a Foo, against 0.01 s a Foo for ours.
         assert_eq!(ratio(sample, Some(ours), Group::seconds), "50.00†");
         assert_eq!(ours.requests(), "PATCH 1000 · POST 1000");
+    }
+
+    #[test]
+    fn the_ceiling_row_is_its_fastest_concurrency_and_a_faster_contender_is_flagged() {
+        let at = |concurrency, seconds| RunResult {
+            concurrency: Some(concurrency),
+            ..run(Contender::Ceiling, 1000, seconds, 1.0)
+        };
+        let results = Results {
+            meta: Meta::default(),
+            runs: vec![
+                run(Contender::Ours, 1000, 10.0, 1.0),
+                run(Contender::ControllerRuntimeTuned, 1000, 6.0, 1.0),
+                at(16, 12.0),
+                at(64, 8.0),
+                at(128, 9.0),
+            ],
+        };
+        let md = markdown(&results, &[]);
+        assert!(
+            md.contains(
+                "| ceiling (plain client), fastest of its sweep: 64 at once | 1000 | 8.0 s | 0.80 | 1.00 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            !md.contains("| ceiling (plain client), fastest of its sweep: 16"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| sample-operator (ours) | 1000 | 10.0 s | 1.00 | 1.25 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 16 | 12.0 s |") && md.contains("| 128 | 9.0 s |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "**controller-runtime tuned (Go) converged faster than the ceiling** (6.0 s against 8.0 s)"
+            ),
+            "{md}"
+        );
+        assert!(!md.contains("**sample-operator (ours) converged faster"), "{md}");
+        assert!(
+            md.contains("converges within 1.2× the ceiling: **not met** (1.25)"),
+            "{md}"
+        );
     }
 
     #[test]

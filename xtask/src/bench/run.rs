@@ -47,10 +47,14 @@ pub struct Env {
 }
 
 impl Env {
-    fn start(&self, contender: Contender) -> Result<Running> {
+    fn start(&self, spec: &RunSpec) -> Result<Running> {
+        self.start_at(spec.contender, spec.concurrency)
+    }
+
+    fn start_at(&self, contender: Contender, concurrency: usize) -> Result<Running> {
         let (component, ready) =
             self.contenders
-                .start(contender, &self.kubeconfig, self.options.concurrency, &self.logs)?;
+                .start(contender, &self.kubeconfig, concurrency, &self.logs)?;
         Ok(Running(component, ready))
     }
 }
@@ -198,7 +202,7 @@ async fn converge_backlog(env: &Env, spec: &RunSpec, tracker: &Tracker, namespac
     tracker.wait_foos(spec.n).await?;
     let counts_before = RequestCounts::scrape(&env.client).await?;
     let start = Instant::now();
-    let contender = env.start(spec.contender)?;
+    let contender = env.start(spec)?;
     let outcome = tracker
         .wait_converged(spec.n, start, env.options.timeout, &contender.0)
         .await;
@@ -212,7 +216,7 @@ async fn converge_backlog(env: &Env, spec: &RunSpec, tracker: &Tracker, namespac
 
 async fn burst(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> {
     let tracker = Tracker::start(&env.client, namespace).await?;
-    let contender = env.start(spec.contender)?;
+    let contender = env.start(spec)?;
     // Idle means its caches are synced: the burst then meets a controller that is ready.
     proc_stats::wait_quiet(contender.pid(), secs(2), secs(2), secs(30)).await?;
     let cpu_before = proc_stats::read(contender.pid())?.cpu_seconds;
@@ -258,7 +262,7 @@ async fn steady(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult>
     let tracker = Tracker::start(&env.client, namespace).await?;
     let contender = if spec.contender.is_rate_limited() {
         prepare_with_ceiling(env, spec, &tracker, namespace).await?;
-        env.start(spec.contender)?
+        env.start(spec)?
     } else {
         let Backlog {
             contender, outcome, ..
@@ -306,7 +310,7 @@ async fn memory(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult>
     let (contender, start, counts_before) = if spec.contender.is_rate_limited() {
         prepare_with_ceiling(env, spec, &tracker, namespace).await?;
         let counts_before = RequestCounts::scrape(&env.client).await?;
-        (env.start(spec.contender)?, Instant::now(), counts_before)
+        (env.start(spec)?, Instant::now(), counts_before)
     } else {
         let backlog = converge_backlog(env, spec, &tracker, namespace).await?;
         if !matches!(backlog.outcome, Outcome::Converged(_)) {
@@ -342,7 +346,7 @@ async fn restart(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult
 
     let before = RequestCounts::scrape(&env.client).await?;
     let start = Instant::now();
-    let contender = env.start(spec.contender)?;
+    let contender = env.start(spec)?;
     contender.wait_ready(env.options.timeout).await?;
     let ready = start.elapsed();
     let (_, idle) = proc_stats::wait_quiet(contender.pid(), secs(5), secs(3), secs(60)).await?;
@@ -363,7 +367,7 @@ const MEMORY_IDLE_MAX: Duration = Duration::from_secs(120);
 /// N Foos, each with its Deployment and its status, written by the ceiling.
 async fn prepare_with_ceiling(env: &Env, spec: &RunSpec, tracker: &Tracker, namespace: &str) -> Result<()> {
     apiserver::create_foos(&env.client, namespace, spec.n).await?;
-    let ceiling = env.start(Contender::Ceiling)?;
+    let ceiling = env.start_at(Contender::Ceiling, env.options.concurrency)?;
     match tracker
         .wait_converged(spec.n, Instant::now(), env.options.timeout, &ceiling.0)
         .await
