@@ -383,25 +383,59 @@ async fn delete_promptly(pods: &Api<Pod>, name: &str) {
     eprintln!("{name} deleted in {:?}", start.elapsed());
 }
 
+/// A namespace with a Network operator of its own, for Pods on the real node attached to
+/// Networks; the attachment-definition CRD stays installed while it is held.
+struct Attachments {
+    client: kube::Client,
+    _nad: NadCrd,
+    ns: TestNamespace,
+    operator: Operator,
+    networks: Api<Network>,
+    pods: Api<Pod>,
+}
+
+impl Attachments {
+    async fn new(prefix: &str) -> Self {
+        let client = client_with_crds().await;
+        let _nad = NadCrd::installed(&client).await;
+        let ns = TestNamespace::create(&client, prefix).await;
+        let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+        let (networks, pods) = (ns.api(), ns.api());
+        Self {
+            client,
+            _nad,
+            ns,
+            operator,
+            networks,
+            pods,
+        }
+    }
+
+    async fn finish(self) {
+        self.operator.stop().await;
+        self.ns.delete().await;
+    }
+}
+
+/// Two octets from the clock, the first from `base` up to `base + span`, for IPv4 prefixes of
+/// this run's own: a bridge of an earlier run's Network may still hold an address in a prefix
+/// used before, which would take the replies to the gateway.
+fn octets_of_this_run(base: u32, span: u32) -> (u32, u32) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    (base + nanos % span, (nanos / 100) % 250)
+}
+
 #[tokio::test]
 async fn a_pod_on_the_real_node_gets_an_interface_on_its_network() {
     if !real_node("real_node::a_pod_on_the_real_node_gets_an_interface_on_its_network") {
         return;
     }
-    let client = client_with_crds().await;
-    let _nad = NadCrd::installed(&client).await;
-    let ns = TestNamespace::create(&client, "real-multus").await;
-    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
-    let networks: Api<Network> = ns.api();
-    let pods: Api<Pod> = ns.api();
-
-    // Prefixes of this run's own: a bridge of an earlier run's Network may still hold an
-    // address in a prefix used before, which would take the replies to the gateway.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let (a, b) = (100 + nanos % 100, (nanos / 100) % 250);
+    let scene = Attachments::new("real-multus").await;
+    let (client, ns, networks, pods) = (&scene.client, &scene.ns, &scene.networks, &scene.pods);
+    let (a, b) = octets_of_this_run(100, 100);
     let first = format!("10.{a}.{b}");
     let second = format!("10.{a}.{}", b + 1);
     networks
@@ -411,11 +445,11 @@ async fn a_pod_on_the_real_node_gets_an_interface_on_its_network() {
         )
         .await
         .unwrap();
-    crate::network::wait_synced(&networks, "lab", TIMEOUT).await;
+    crate::network::wait_synced(networks, "lab", TIMEOUT).await;
     pods.create(&PostParams::default(), &attached_pod("first", "lab"))
         .await
         .unwrap();
-    wait_ready(&pods, "test=multus", 1).await;
+    wait_ready(pods, "test=multus", 1).await;
     let address = net1_address(&ns.name, "first").await;
     assert!(
         address.starts_with(&format!("{first}.")) && address.ends_with("/24"),
@@ -432,7 +466,7 @@ async fn a_pod_on_the_real_node_gets_an_interface_on_its_network() {
 
     // A same-named Network of another namespace: a pool and a bridge of its own, and its Pod an
     // address in its own prefix while the first one's Pod keeps its address.
-    let other_ns = TestNamespace::create(&client, "real-multus-other").await;
+    let other_ns = TestNamespace::create(client, "real-multus-other").await;
     let other_operator = Operator::start(&other_ns.name, &[ControllerName::Network]).await;
     let other_networks: Api<Network> = other_ns.api();
     let other_pods: Api<Pod> = other_ns.api();
@@ -456,34 +490,28 @@ async fn a_pod_on_the_real_node_gets_an_interface_on_its_network() {
     delete_promptly(&other_pods, "other").await;
     other_operator.stop().await;
     other_ns.delete().await;
-    delete_promptly(&pods, "first").await;
+    delete_promptly(pods, "first").await;
 
     // A changed Network reaches new Pods.
-    crate::network::set_cidr(
-        &networks,
-        "lab",
-        &format!("{second}.0/24"),
-        &format!("{second}.1"),
-    )
-    .await;
-    crate::network::wait_synced(&networks, "lab", TIMEOUT).await;
+    crate::network::set_cidr(networks, "lab", &format!("{second}.0/24"), &format!("{second}.1")).await;
+    crate::network::wait_synced(networks, "lab", TIMEOUT).await;
     pods.create(&PostParams::default(), &attached_pod("second", "lab"))
         .await
         .unwrap();
-    wait_ready(&pods, "test=multus", 1).await;
+    wait_ready(pods, "test=multus", 1).await;
     let address = net1_address(&ns.name, "second").await;
     assert!(address.starts_with(&format!("{second}.")), "{address}");
-    delete_promptly(&pods, "second").await;
+    delete_promptly(pods, "second").await;
 
     // A deleted Network attaches nobody: its attachment definition is gone.
     networks.delete("lab", &DeleteParams::default()).await.unwrap();
-    testing::wait_for_deletion(&networks, "lab", TIMEOUT)
+    testing::wait_for_deletion(networks, "lab", TIMEOUT)
         .await
         .unwrap();
     pods.create(&PostParams::default(), &attached_pod("third", "lab"))
         .await
         .unwrap();
-    let failure = crate::support::wait_for_event(&client, &ns.name, "third", "FailedCreatePodSandBox").await;
+    let failure = crate::support::wait_for_event(client, &ns.name, "third", "FailedCreatePodSandBox").await;
     let note = failure.note.unwrap_or_default();
     assert!(
         note.contains("lab"),
@@ -492,10 +520,9 @@ async fn a_pod_on_the_real_node_gets_an_interface_on_its_network() {
     eprintln!("third: {note}");
     let third = pods.get("third").await.unwrap();
     assert!(!is_ready(&third));
-    delete_promptly(&pods, "third").await;
+    delete_promptly(pods, "third").await;
 
-    operator.stop().await;
-    ns.delete().await;
+    scene.finish().await;
 }
 
 /// A network namespace of the test's own, outside the Pod bridges: a veth pair, the host end
@@ -655,17 +682,10 @@ async fn nothing_a_pod_sends_leaves_through_the_host_and_no_image_is_pulled() {
     if !real_node("real_node::nothing_a_pod_sends_leaves_through_the_host_and_no_image_is_pulled") {
         return;
     }
-    let client = client_with_crds().await;
-    let _nad = NadCrd::installed(&client).await;
-    let ns = TestNamespace::create(&client, "real-guard").await;
-    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
-    let networks: Api<Network> = ns.api();
-    let pods: Api<Pod> = ns.api();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let prefix = format!("10.{}.{}", 200 + nanos % 50, (nanos / 100) % 250);
+    let scene = Attachments::new("real-guard").await;
+    let (client, ns, networks, pods) = (&scene.client, &scene.ns, &scene.networks, &scene.pods);
+    let (a, b) = octets_of_this_run(200, 50);
+    let prefix = format!("10.{a}.{b}");
     let gateway = format!("{prefix}.1");
     networks
         .create(
@@ -674,14 +694,14 @@ async fn nothing_a_pod_sends_leaves_through_the_host_and_no_image_is_pulled() {
         )
         .await
         .unwrap();
-    crate::network::wait_synced(&networks, "wan", TIMEOUT).await;
+    crate::network::wait_synced(networks, "wan", TIMEOUT).await;
     // A Pod that may change its own routes, as a Pod with NET_ADMIN can.
     let mut sender = attached_pod("sender", "wan");
     let container = &mut sender.spec.as_mut().unwrap().containers[0];
     container.security_context =
         Some(serde_json::from_value(json!({ "capabilities": { "add": ["NET_ADMIN"] } })).unwrap());
     pods.create(&PostParams::default(), &sender).await.unwrap();
-    wait_ready(&pods, "test=multus", 1).await;
+    wait_ready(pods, "test=multus", 1).await;
 
     let probe = Probe::create();
     // The probe answers the host: a packet towards it is counted where it leaves.
@@ -771,13 +791,12 @@ async fn nothing_a_pod_sends_leaves_through_the_host_and_no_image_is_pulled() {
     container.image = Some("registry.example/anything:1".into());
     container.image_pull_policy = Some("Always".into());
     pods.create(&PostParams::default(), &pulled).await.unwrap();
-    let failure = crate::support::wait_for_event(&client, &ns.name, "pulled", "Failed").await;
+    let failure = crate::support::wait_for_event(client, &ns.name, "pulled", "Failed").await;
     let note = failure.note.unwrap_or_default();
     assert!(note.contains("127.0.0.1:1"), "the pull went nowhere else: {note}");
 
     drop(probe);
-    delete_promptly(&pods, "pulled").await;
-    delete_promptly(&pods, "sender").await;
-    operator.stop().await;
-    ns.delete().await;
+    delete_promptly(pods, "pulled").await;
+    delete_promptly(pods, "sender").await;
+    scene.finish().await;
 }
