@@ -209,16 +209,26 @@ impl RealNode {
         self.save(state)?;
         publish_apiserver_endpoint(client, apiserver_port).await?;
 
-        // kube-proxy puts its jumps at the top of FORWARD when it first syncs; the guard goes
-        // above them after that, so that nothing it accepts can leave through the host.
+        // kube-proxy puts its jumps at the top of FORWARD when it first syncs, in each family
+        // it runs (IPv6 too, where the kernel has it); the guard goes above them after that, so
+        // that nothing it accepts can leave through the host.
+        let families: Vec<&str> = if std::path::Path::new("/proc/net/if_inet6").exists() {
+            FIREWALLS.to_vec()
+        } else {
+            vec!["iptables"]
+        };
         wait_for(
             "kube-proxy's first sync",
             Duration::from_secs(60),
             &state.components,
             || async {
-                let rules =
-                    run(Command::new("iptables").args(["-S", "FORWARD"])).map_err(|e| e.to_string())?;
-                Ok(rules.contains("KUBE-FORWARD").then_some(()))
+                for cmd in &families {
+                    let rules = run(Command::new(cmd).args(["-S", "FORWARD"])).map_err(|e| e.to_string())?;
+                    if !rules.contains("KUBE-FORWARD") {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(()))
             },
         )
         .await?;
