@@ -6,13 +6,13 @@
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use local_cluster::node::{FIREWALLS, GUARD_CHAIN};
 use local_cluster::process;
 
 /// Named as Docker names a user-defined network's bridge.
 const FOREIGN_BRIDGE: &str = "br-f0e1d2c3b4a5";
 /// A chain with kube-proxy's prefix that no kube-proxy of ours made.
 const FOREIGN_CHAIN: &str = "KUBE-FOREIGN-CHECK";
-const FIREWALLS: [&str; 2] = ["iptables", "ip6tables"];
 
 fn run(cmd: &mut Command) -> Result<String> {
     Ok(process::output(cmd)?)
@@ -36,7 +36,7 @@ impl Foreign {
     /// The node's guard names only the node's own bridges: no wildcard, not the foreign one.
     pub fn check_not_guarded() -> Result<()> {
         for cmd in FIREWALLS {
-            let rules = run(Command::new(cmd).args(["-S", "SAMPLE-OPERATOR-NODE"]))?;
+            let rules = run(Command::new(cmd).args(["-S", GUARD_CHAIN]))?;
             if rules.contains(FOREIGN_BRIDGE) || rules.contains('+') {
                 bail!("{cmd}: the guard matches more than the node's bridges:\n{rules}");
             }

@@ -65,7 +65,7 @@ pub(super) fn restore_sysctls(before: &BTreeMap<String, String>, errors: &mut Ve
 }
 
 /// The firewall tools the guard is in: the same rules for IPv4 and IPv6.
-pub(super) const FIREWALLS: [&str; 2] = ["iptables", "ip6tables"];
+pub const FIREWALLS: [&str; 2] = ["iptables", "ip6tables"];
 
 /// The guard chain's entry in [`chains`] for each firewall.
 pub(super) fn guard_chains() -> impl Iterator<Item = String> {

@@ -37,7 +37,7 @@ use crate::process::{self, Component};
 use crate::state_file::StateFile;
 
 pub(crate) use host::mounts_under;
-pub use host::{HostSnapshot, leftovers};
+pub use host::{FIREWALLS, HostSnapshot, leftovers};
 pub use preflight::{Holder, holder, preflight};
 
 /// The node's name, which its kubelet certificate carries (`system:node:<name>`).
@@ -52,7 +52,7 @@ pub const BRIDGE: &str = "sonode0";
 pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
 pub const POD_CIDR: &str = "10.88.0.0/16";
 /// The filter chain that keeps Pod traffic on the machine.
-const GUARD_CHAIN: &str = "SAMPLE-OPERATOR-NODE";
+pub const GUARD_CHAIN: &str = "SAMPLE-OPERATOR-NODE";
 
 /// What `up` recorded, for `down`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
