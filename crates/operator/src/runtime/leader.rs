@@ -68,6 +68,18 @@ pub fn identity(instance: &str) -> String {
     format!("{instance}_{:08x}", random as u32)
 }
 
+/// The field manager of this replica's writes to the Lease. kube-lease-manager takes a free
+/// Lease with a server-side apply and relies on the apiserver's conflict between two managers
+/// to let only one claimant win: replicas sharing one manager would all "win" and lead at once.
+/// The apiserver takes at most 128 characters, so a long identity keeps its end, which holds
+/// the random part.
+pub fn lease_field_manager(identity: &str) -> String {
+    let prefix = format!("{}-lease-", super::FIELD_MANAGER);
+    let room = 128 - prefix.len();
+    let skip = identity.chars().count().saturating_sub(room);
+    prefix + &identity.chars().skip(skip).collect::<String>()
+}
+
 /// Waits for the lease, then runs `work` (the controllers) while holding it, until `shutdown`
 /// completes or the lease is lost. `work` gets a future that completes when it should stop;
 /// `drain` bounds how long it may then take to finish its reconciles in flight. `instance`
@@ -188,7 +200,7 @@ async fn acquire(
             .with_identity(identity)
             .with_duration(lease.duration.as_secs().max(1))
             .with_grace(lease.grace.as_secs().max(1))
-            .with_field_manager(format!("{}-lease", super::FIELD_MANAGER))
+            .with_field_manager(lease_field_manager(identity))
             .build()
             .await
             .map_err(|source| Error::Lease {
@@ -274,5 +286,16 @@ mod tests {
         assert!(a.starts_with("pod-a_"), "{a}");
         // RandomState is seeded per instance, so two calls differ too (with overwhelming odds).
         assert_ne!(a, identity("pod-a"));
+    }
+
+    #[test]
+    fn each_identity_has_its_own_lease_field_manager_within_the_apiservers_limit() {
+        let (a, b) = (identity("pod"), identity("pod"));
+        assert_ne!(lease_field_manager(&a), lease_field_manager(&b));
+        assert_eq!(lease_field_manager(&a), format!("sample-operator-lease-{a}"));
+        let long = identity(&"p".repeat(253));
+        let manager = lease_field_manager(&long);
+        assert_eq!(manager.len(), 128);
+        assert!(manager.ends_with(&long[long.len() - 9..]), "{manager}");
     }
 }

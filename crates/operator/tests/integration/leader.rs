@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
 use sample_operator::ControllerName;
@@ -287,5 +287,60 @@ async fn a_holder_that_cannot_renew_stops_writing_before_the_standby_takes_over(
     wait_available(&foos, last.name_any().as_str(), want).await;
     let _ = stop_b.send(());
     assert_eq!(outcome_of(b).await, Outcome::Stopped);
+    ns.delete().await;
+}
+
+/// kube-lease-manager claims a free Lease with a server-side apply and counts on the apiserver's
+/// field-manager conflict to let one claimant win. Two replicas that started together once both
+/// led (in CI) while they shared one field manager: here b's claim, made the way its lease
+/// manager makes it, must be refused while a holds the Lease.
+#[tokio::test]
+async fn a_replicas_claim_on_a_lease_another_holds_is_refused() {
+    let admin = client_with_crds().await;
+    let ns = TestNamespace::create(&admin, "leader-claim").await;
+    grant_leases(&admin, &ns.name, &["a", "b"]).await;
+    let lease = LeaseConfig {
+        name: LEASE.into(),
+        namespace: ns.name.clone(),
+        duration: Duration::from_secs(30),
+        grace: Duration::from_secs(5),
+    };
+    let a_client = replica_client(&admin, &ns.name, "a", None).await;
+    let (stop_a, a) = start_replica(a_client, &ns.name, "a", lease.clone());
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns.name);
+    let started = std::time::Instant::now();
+    let a_identity = loop {
+        if let Some((identity, _, _)) = holder(&leases).await {
+            break identity;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "a did not take the lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+
+    let b_identity = leader::identity("b");
+    let b_leases: Api<Lease> = Api::namespaced(replica_client(&admin, &ns.name, "b", None).await, &ns.name);
+    let claim = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "spec": {
+            "holderIdentity": b_identity,
+            "leaseDurationSeconds": 30,
+        },
+    });
+    let params = PatchParams {
+        field_manager: Some(leader::lease_field_manager(&b_identity)),
+        ..Default::default()
+    };
+    match b_leases.patch(LEASE, &params, &Patch::Apply(&claim)).await {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 409, "{e:?}"),
+        other => panic!("b's claim was not refused as a conflict: {other:?}"),
+    }
+    assert_eq!(holder(&leases).await.map(|h| h.0), Some(a_identity));
+
+    let _ = stop_a.send(());
+    assert_eq!(outcome_of(a).await, Outcome::Stopped);
     ns.delete().await;
 }
