@@ -60,3 +60,91 @@ async fn queued_events_are_published_before_the_run_ends() {
     assert_eq!(notes, expected, "every queued event is published, once");
     ns.delete().await;
 }
+
+/// Repeats queued before the first is sent become one events.k8s.io Event with a `series`,
+/// which the apiserver's validation accepts on create; other events stay apart.
+#[tokio::test]
+async fn repeats_are_written_as_one_event_series() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "event-series").await;
+    let config_map: ConfigMap =
+        serde_json::from_value(json!({ "metadata": { "name": "regarded" } })).unwrap();
+    let config_map = ns
+        .api::<ConfigMap>()
+        .create(&PostParams::default(), &config_map)
+        .await
+        .unwrap();
+    let reporter = Reporter {
+        controller: "sample-operator-events-test".into(),
+        instance: Some("replica-0".into()),
+    };
+    let metrics = Arc::new(Metrics::new(RequestCounter::default()));
+    let (events, publisher) = Events::start(client.clone(), reporter, metrics.clone());
+    // Nothing is sent before this (single-threaded) test yields.
+    for _ in 0..3 {
+        events
+            .publish(
+                config_map.object_ref(&()),
+                EventType::Warning,
+                "Failed",
+                "it failed".into(),
+                "Sync",
+            )
+            .await;
+    }
+    events
+        .publish(
+            config_map.object_ref(&()),
+            EventType::Normal,
+            "Synced",
+            "it worked".into(),
+            "Sync",
+        )
+        .await;
+    drop(events);
+    publisher.finish(Duration::from_secs(60)).await;
+
+    let mut published: Vec<_> = ns
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.series.map(|s| s.count),
+                e.regarding.and_then(|r| r.name),
+                e.reporting_instance.unwrap_or_default(),
+            )
+        })
+        .collect();
+    published.sort();
+    assert_eq!(
+        published,
+        [
+            (
+                "Failed".into(),
+                "Warning".into(),
+                Some(3),
+                Some("regarded".into()),
+                "replica-0".into()
+            ),
+            (
+                "Synced".into(),
+                "Normal".into(),
+                None,
+                Some("regarded".into()),
+                "replica-0".into()
+            ),
+        ]
+    );
+    let text = metrics.render();
+    assert!(
+        text.contains(r#"sample_operator_events_total{result="folded"} 2"#),
+        "{text}"
+    );
+    ns.delete().await;
+}

@@ -1,8 +1,13 @@
-//! `sample_operator_events`: the events the controllers published, or failed to.
+//! `sample_operator_events`: the events the controllers published, failed to publish, or folded
+//! into the series of one still queued; and the queue's depth and the age of its oldest event.
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::{Metrics, register};
@@ -12,27 +17,51 @@ struct EventLabels {
     result: &'static str,
 }
 
-pub(super) struct Events(Family<EventLabels, Counter>);
+pub(super) struct Events {
+    results: Family<EventLabels, Counter>,
+    depth: Gauge,
+    oldest: Gauge<f64, AtomicU64>,
+}
 
 impl Events {
     pub(super) fn register(r: &mut Registry) -> Self {
-        let events: Family<EventLabels, Counter> = register(
+        let results: Family<EventLabels, Counter> = register(
             r,
             "sample_operator_events",
-            "Events by result: published or failed",
+            "Events by result: published, failed, or folded (a repeat counted in the series of one queued)",
             Family::default(),
         );
-        // Both series from the start, so that a rate over them exists before the first event.
-        for result in ["published", "failed"] {
-            events.get_or_create(&EventLabels { result }).inc_by(0);
+        // Every series from the start, so that a rate over them exists before the first event.
+        for result in ["published", "failed", "folded"] {
+            results.get_or_create(&EventLabels { result }).inc_by(0);
         }
-        Self(events)
+        Self {
+            results,
+            depth: register(
+                r,
+                "sample_operator_event_queue_depth",
+                "Events queued and not yet sent (repeats folded into one)",
+                Gauge::default(),
+            ),
+            oldest: register(
+                r,
+                "sample_operator_event_queue_oldest_seconds",
+                "How long the oldest queued event has waited",
+                Gauge::default(),
+            ),
+        }
     }
 }
 
 impl Metrics {
-    /// Counts an event: `published` or `failed`.
+    /// Counts an event: `published`, `failed` or `folded`.
     pub fn event(&self, result: &'static str) {
-        self.events.0.get_or_create(&EventLabels { result }).inc();
+        self.events.results.get_or_create(&EventLabels { result }).inc();
+    }
+
+    /// The event queue as it is now.
+    pub fn set_event_queue(&self, depth: usize, oldest: Duration) {
+        self.events.depth.set(depth as i64);
+        self.events.oldest.set(oldest.as_secs_f64());
     }
 }

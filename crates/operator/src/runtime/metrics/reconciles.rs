@@ -210,6 +210,12 @@ impl Metrics {
             .inc();
     }
 
+    /// Reconciles running now, in every controller: while any runs, the controllers are writing
+    /// what converges objects, and events wait their turn ([`super::super::events`]).
+    pub fn reconciles_running(&self) -> usize {
+        self.reconciles.running.lock().reconciles.len()
+    }
+
     /// How many objects of `controller` wait for a retry.
     pub fn set_awaiting_retry(&self, controller: &'static str, objects: usize) {
         self.reconciles
