@@ -1,6 +1,6 @@
 //! `cargo xtask bench --preset quick` runs from start to end: every contender it is given and
 //! every scenario produce a result and a table, and the converging runs count their etcd
-//! writes. A smoke test: no timing is asserted, and it measures the debug build the test run
+//! writes and the Events they left. A smoke test: no timing is asserted, and it measures the debug build the test run
 //! already has, so that CI needs no release build.
 
 use std::path::Path;
@@ -71,6 +71,13 @@ fn the_quick_benchmark_runs_every_scenario() {
         if matches!(run["scenario"].as_str(), Some("backlog" | "burst")) {
             let creates = run["etcd_writes"]["create deployments"].as_u64().unwrap_or(0);
             assert!(creates >= 50, "etcd writes of a run: {run}");
+            // Every converging run counted the Events about Foos; ours keeps one per Foo.
+            let events = run["events"].as_u64();
+            assert!(events.is_some(), "Events of a run: {run}");
+            if run["contender"].as_str().is_some_and(|c| c.starts_with("ours")) {
+                assert!(events >= Some(50), "ours dropped Events: {run}");
+                assert!(run["last_event_seconds"].as_f64().is_some(), "{run}");
+            }
         }
     }
 }

@@ -239,6 +239,14 @@ pub struct RunResult {
     /// results from before they were counted).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub etcd_writes: BTreeMap<String, u64>,
+    /// Backlog and burst: the Events about Foos in the namespace once the contender settled (a
+    /// series counts once); `None` in results from before they were counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<u64>,
+    /// Backlog and burst: when the last Event about a Foo was written, in seconds since the
+    /// run's start (as `seconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event_seconds: Option<f64>,
     /// Converged Foos over time (seconds, count), for the chart.
     pub timeline: Vec<(f64, usize)>,
     /// Why the run has no result, or what to know about it.

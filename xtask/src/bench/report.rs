@@ -101,6 +101,26 @@ impl Group<'_> {
         Spread::of(counted).map_or_else(|| "—".to_owned(), |s| s.show("", 0))
     }
 
+    /// The Events about Foos the runs left, as a cell: `—` where none counted them.
+    fn events(&self) -> String {
+        let counted = self.runs.iter().filter_map(|r| r.events).map(|n| n as f64);
+        Spread::of(counted).map_or_else(|| "—".to_owned(), |s| s.show("", 0))
+    }
+
+    /// How long after converging the last Event was written (`+2.0 s`; a negative time is an
+    /// Event written before the last Foo converged), as a cell: `none` when no run wrote one.
+    fn last_event(&self) -> String {
+        let after = self
+            .runs
+            .iter()
+            .filter_map(|r| Some(r.last_event_seconds? - r.seconds?));
+        match Spread::of(after) {
+            Some(s) => format!("{}{}", if s.median >= 0.0 { "+" } else { "" }, s.show(" s", 1)),
+            None if self.runs.iter().any(|r| r.events.is_some()) => "none".into(),
+            None => "—".into(),
+        }
+    }
+
     /// Median etcd writes by operation and resource, as `create deployments 1000 · update foos 1000`.
     fn etcd_writes_by_resource(&self) -> String {
         self.median_requests(|r| r.etcd_writes.clone())
@@ -290,13 +310,16 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
     };
     let _ = writeln!(
         md,
-        "## {}, N = {n}\n\n{what} until every Foo has its Deployment and its status.\n",
+        "## {}, N = {n}\n\n{what} until every Foo has its Deployment and its status. Events: the \
+         Events about Foos left in the apiserver (one per Foo synced, unless some were dropped; a \
+         series counts once); Last Event: when the last was written, after the last Foo \
+         converged.\n",
         capitalised(scenario)
     );
     md.push_str(
-        "| Contender | Foos | Converged in | × ours | × ceiling | CPU | × ours | Peak RSS | × ours | etcd writes | Requests |\n",
+        "| Contender | Foos | Converged in | × ours | × ceiling | Events | Last Event | CPU | × ours | Peak RSS | × ours | etcd writes | Requests |\n",
     );
-    md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
     let ours = find(groups, Contender::Ours).map(|i| &groups[i]);
     let ceiling = fastest_ceiling(groups);
     let sweep: Vec<&Group<'_>> = groups
@@ -310,7 +333,7 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
         .filter(|g| g.contender != Contender::Ceiling || ceiling_row.is_some_and(|c| std::ptr::eq(c, *g)));
     for group in shown {
         let Some(seconds) = group.seconds() else {
-            no_result_row(md, group, 8);
+            no_result_row(md, group, 10);
             continue;
         };
         let cpu = group.cpu().expect("runs");
@@ -323,12 +346,14 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
         };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             label,
             group.n,
             seconds.show(" s", 1),
             ratio(group, ours, Group::seconds),
             ratio(group, ceiling, Group::seconds),
+            group.events(),
+            group.last_event(),
             cpu.show(" s", 2),
             ratio(group, ours, Group::cpu),
             peak.show(" MiB", 0),
@@ -926,6 +951,34 @@ mod tests {
             md.contains("converges within 1.2× the ceiling: **not met** (1.25)"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn the_events_each_contender_left_and_its_last_one_are_shown() {
+        let with_events = |contender, events, last: Option<f64>| RunResult {
+            events: Some(events),
+            last_event_seconds: last,
+            ..run(contender, 1000, 10.0, 1.0)
+        };
+        let results = Results {
+            meta: Meta::default(),
+            runs: vec![
+                with_events(Contender::Ours, 1000, Some(12.5)),
+                with_events(Contender::SampleControllerTuned, 140, Some(9.0)),
+                with_events(Contender::ControllerRuntimeTuned, 0, None),
+                // From before Events were counted.
+                run(Contender::Ceiling, 1000, 8.0, 1.0),
+            ],
+        };
+        let md = markdown(&results, &[]);
+        for row in [
+            "| sample-operator (ours) | 1000 | 10.0 s | 1.00 | 1.25 | 1000 | +2.5 s |",
+            "| sample-controller tuned (Go) | 1000 | 10.0 s | 1.00 | 1.25 | 140 | -1.0 s |",
+            "| controller-runtime tuned (Go) | 1000 | 10.0 s | 1.00 | 1.25 | 0 | none |",
+            "| ceiling (plain client), 16 at once | 1000 | 8.0 s | 0.80 | 1.00 | — | — |",
+        ] {
+            assert!(md.contains(row), "{row}\n{md}");
+        }
     }
 
     #[test]

@@ -124,6 +124,14 @@ impl RunResult {
         self
     }
 
+    fn with_events(mut self, events: Option<(u64, Option<f64>)>) -> Self {
+        if let Some((count, last)) = events {
+            self.events = Some(count);
+            self.last_event_seconds = last;
+        }
+        self
+    }
+
     fn with_outcome(mut self, outcome: &Outcome, tracker: &Tracker) -> Self {
         self.converged = tracker.converged();
         match outcome {
@@ -178,10 +186,12 @@ async fn backlog(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult
     let tracker = Tracker::start(&env.client, namespace).await?;
     let backlog = converge_backlog(env, spec, &tracker, namespace).await?;
     settle(&backlog.contender, &backlog.outcome).await?;
+    let events = events_written(&tracker, &backlog.outcome, backlog.start).await;
     let stats = read_unless_died(&backlog.contender, &backlog.outcome)?;
     let mut result = RunResult::new(spec)
         .with_outcome(&backlog.outcome, &tracker)
-        .with_stats(stats);
+        .with_stats(stats)
+        .with_events(events);
     result.count_requests(&RequestCounts::scrape(&env.client).await?, &backlog.counts_before);
     result.timeline = tracker.timeline(backlog.start);
     Ok(result)
@@ -227,11 +237,13 @@ async fn burst(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> 
         .wait_converged(spec.n, start, env.options.timeout, &contender.0)
         .await;
     settle(&contender, &outcome).await?;
+    let events = events_written(&tracker, &outcome, start).await;
     let mut stats = read_unless_died(&contender, &outcome)?;
     stats.cpu_seconds -= cpu_before;
     let mut result = RunResult::new(spec)
         .with_outcome(&outcome, &tracker)
-        .with_stats(stats);
+        .with_stats(stats)
+        .with_events(events);
     result.count_requests(&RequestCounts::scrape(&env.client).await?, &before);
     remove_own_creates(&mut result.requests, "POST foos", spec.n);
     remove_own_creates(&mut result.etcd_writes, "create foos", spec.n);
@@ -386,6 +398,21 @@ async fn settle(contender: &Running, outcome: &Outcome) -> Result<()> {
     }
     Ok(())
 }
+
+/// Once converged: the Events about Foos, and when the last was written (seconds since
+/// `start`), once none was written for a while. A contender may write its Events after its
+/// other writes, so they are waited for, and its CPU time and requests include them.
+async fn events_written(tracker: &Tracker, outcome: &Outcome, start: Instant) -> Option<(u64, Option<f64>)> {
+    if !matches!(outcome, Outcome::Converged(_)) {
+        return None;
+    }
+    let (count, last) = tracker.wait_events_written(secs(3), EVENTS_MAX).await;
+    let since = last.map(|at| at.saturating_duration_since(start).as_secs_f64());
+    Some((count as u64, since))
+}
+
+/// How long a converged contender's Events are waited for, at most.
+const EVENTS_MAX: Duration = Duration::from_secs(600);
 
 /// A rate-limited contender never goes quiet (its resyncs queue more writes than it may send).
 const SETTLE_MAX: Duration = Duration::from_secs(20);

@@ -2,6 +2,7 @@
 //! written and its Deployment exists. Watches, not polls: a watch that is open before the
 //! request counters are read and still open after adds nothing to them (the apiserver counts a
 //! request when it ends), so the benchmark's observation stays out of the contenders' numbers.
+//! A third watch counts the Events about Foos and notes when the last one was written.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::Client;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
@@ -29,6 +31,10 @@ struct Progress {
     converged: usize,
     /// (when, converged Foos) at every change.
     timeline: Vec<(Instant, usize)>,
+    /// Events about Foos, by name.
+    events: HashSet<String>,
+    /// When an Event about a Foo was last created or updated (a series growing).
+    last_event: Option<Instant>,
 }
 
 impl Progress {
@@ -43,6 +49,11 @@ impl Progress {
         if self.deployments.insert(name.to_owned()) && self.with_status.contains(name) {
             self.converged_one();
         }
+    }
+
+    fn saw_event(&mut self, name: &str, at: Instant) {
+        self.events.insert(name.to_owned());
+        self.last_event = Some(at);
     }
 
     fn converged_one(&mut self) {
@@ -96,18 +107,32 @@ impl Tracker {
         let deployment_task = follow(
             deployments,
             progress.clone(),
-            sender,
+            sender.clone(),
             deployments_ready.0,
             |progress, d| {
                 progress.saw_deployment(&kube::ResourceExt::name_any(&d));
             },
         );
+        // Both event APIs store the same objects; core/v1's field selector picks those about Foos.
+        let events_ready = tokio::sync::oneshot::channel();
+        let events = kube::Api::<PartialObjectMeta<CoreEvent>>::namespaced(client.clone(), namespace);
+        let events = watcher::watcher(
+            events,
+            watcher::Config::default().fields("involvedObject.kind=Foo"),
+        );
+        let event_task = follow(events, progress.clone(), sender, events_ready.0, |progress, e| {
+            progress.saw_event(&kube::ResourceExt::name_any(&e), Instant::now());
+        });
         let tracker = Self {
             progress,
             counts,
-            tasks: vec![tokio::spawn(foo_task), tokio::spawn(deployment_task)],
+            tasks: vec![
+                tokio::spawn(foo_task),
+                tokio::spawn(deployment_task),
+                tokio::spawn(event_task),
+            ],
         };
-        for ready in [foos_ready.1, deployments_ready.1] {
+        for ready in [foos_ready.1, deployments_ready.1, events_ready.1] {
             tokio::time::timeout(Duration::from_secs(60), ready)
                 .await
                 .context("the watches did not list the namespace within a minute")?
@@ -163,6 +188,23 @@ impl Tracker {
 
     pub fn converged(&self) -> usize {
         self.counts.borrow().1
+    }
+
+    /// Waits until no Event about a Foo was written for `quiet` (at most `max`), then returns
+    /// how many there are and when the last was written, if any.
+    pub async fn wait_events_written(&self, quiet: Duration, max: Duration) -> (usize, Option<Instant>) {
+        let give_up = Instant::now() + max;
+        loop {
+            let (count, last) = {
+                let progress = self.progress.lock().expect("progress lock");
+                (progress.events.len(), progress.last_event)
+            };
+            let now = Instant::now();
+            if now >= give_up || last.is_none_or(|at| now.saturating_duration_since(at) >= quiet) {
+                return (count, last);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Converged Foos over time, in milliseconds-rounded seconds since `start`, from 0 at
@@ -252,6 +294,18 @@ mod tests {
             (progress.converged, progress.foos.len(), progress.timeline.len()),
             (2, 2, 2)
         );
+    }
+
+    #[test]
+    fn events_are_counted_once_each_and_the_last_write_noted() {
+        let mut progress = Progress::default();
+        let start = Instant::now();
+        progress.saw_event("a.1", start);
+        progress.saw_event("b.1", start + Duration::from_secs(1));
+        // A series growing updates its Event: counted once, written later.
+        progress.saw_event("a.1", start + Duration::from_secs(2));
+        assert_eq!(progress.events.len(), 2);
+        assert_eq!(progress.last_event, Some(start + Duration::from_secs(2)));
     }
 
     #[test]
