@@ -28,3 +28,48 @@ pub fn operator(profile: &str, quiet: bool) -> Result<PathBuf> {
     let folder = if profile == "dev" { "debug" } else { profile };
     Ok(target_dir().join(folder).join("sample-operator"))
 }
+
+/// The target the image's static binary is built for: named explicitly so that RUSTFLAGS reach
+/// the operator and its libraries but not build scripts and proc macros, which cargo then builds
+/// for the host without them (a proc macro cannot be static). Its output has a folder of its own.
+pub const STATIC_TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// The operator linked statically (glibc's `crt-static`), for the image: it loads no library,
+/// so the image holds nothing of this host's packages. Paths of this checkout and of cargo's
+/// registry are remapped, so that they are not written into the binary.
+pub fn operator_static(profile: &str, quiet: bool) -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = paths::repo_root();
+    let mut flags = vec![
+        "-C target-feature=+crt-static".to_owned(),
+        format!("--remap-path-prefix={}=/src", root.display()),
+    ];
+    if let Some(home) = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+    {
+        flags.push(format!("--remap-path-prefix={}=/cargo", home.display()));
+    }
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "build",
+        "--locked",
+        "-p",
+        "sample-operator",
+        "--profile",
+        profile,
+        "--target",
+        STATIC_TARGET,
+    ])
+    .env("RUSTFLAGS", flags.join(" "))
+    .current_dir(&root);
+    if quiet {
+        cmd.arg("--quiet");
+    }
+    process::run(&mut cmd).with_context(|| format!("building the static sample-operator ({profile})"))?;
+    let folder = if profile == "dev" { "debug" } else { profile };
+    Ok(target_dir()
+        .join(STATIC_TARGET)
+        .join(folder)
+        .join("sample-operator"))
+}

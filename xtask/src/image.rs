@@ -1,4 +1,5 @@
-//! `cargo xtask image`: the operator's image from a cargo build, without Docker.
+//! `cargo xtask image`: the operator's image from a static cargo build, without Docker. It is
+//! the one definition of the image: the tests run it, and users build and push it (docs/operating.md).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,7 +12,7 @@ pub struct ImageArgs {
     /// The cargo profile the binary is built with.
     #[arg(long, default_value = "release")]
     pub profile: String,
-    /// Use this binary instead of building one.
+    /// Use this binary instead of building one; it must be statically linked.
     #[arg(long)]
     pub binary: Option<PathBuf>,
     /// Only write the tar; do not import it into the real node.
@@ -33,7 +34,7 @@ pub fn chart_app_version() -> Result<String> {
 pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<image::Image> {
     let binary = match &args.binary {
         Some(b) => b.clone(),
-        None => crate::cargo_build::operator(&args.profile, false)?,
+        None => crate::cargo_build::operator_static(&args.profile, false)?,
     };
     let version = chart_app_version()?;
     let out = crate::cargo_build::target_dir().join("image");

@@ -1,10 +1,12 @@
 //! Container images: the operator's, written without Docker as an OCI image
 //! layout in a tar file, byte for byte the same from the same inputs (so the same digest).
 //!
-//! The rootfs is what the Dockerfile's distroless image holds for us: the binary at
-//! `/sample-operator`, a non-root user 65532, `/tmp`, the CA bundle; plus the glibc libraries the
-//! binary links, since this build is not static. The test images (a busybox shell, and the
-//! pause image every Pod sandbox runs) come from Debian's busybox-static the same way.
+//! The operator's rootfs holds nothing of the host's: a statically linked binary at
+//! `/sample-operator`, a non-root user 65532, `/tmp`, an `nsswitch.conf` that looks names up in
+//! `/etc/hosts` (a Pod's `hostAliases`) before DNS, and Mozilla's root certificates from the
+//! `webpki-root-certs` crate, pinned by Cargo.lock, rather than the host's CA bundle. The test
+//! images (a busybox shell, and the pause image every Pod sandbox runs) come from Debian's
+//! busybox-static the same way.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -289,22 +291,49 @@ fn parse_ldd(text: &str) -> Result<Vec<(String, PathBuf)>> {
     Ok(libs)
 }
 
-/// The operator's root filesystem around `binary`.
+/// The operator's root filesystem around `binary`, which must be static: a library from this
+/// host would make the image depend on the host's packages.
 pub fn operator_rootfs(binary: &Path) -> Result<Rootfs> {
+    let libraries = linked_libraries(binary)?;
+    if !libraries.is_empty() {
+        return Err(image_error(format!(
+            "{} loads libraries ({}): the operator's image takes a statically linked binary, as `cargo xtask image` builds it",
+            binary.display(),
+            libraries
+                .iter()
+                .map(|(path, _)| path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
     let mut fs = Rootfs::base();
     let contents = std::fs::read(binary).map_err(|e| Error::io(binary, e))?;
-    fs.file("sample-operator", 0o755, contents);
-    add_libraries(&mut fs, binary)?;
-    // Neutron's TLS certificates are checked against the system's roots, as in distroless.
-    let bundle = Path::new("/etc/ssl/certs/ca-certificates.crt");
-    if bundle.is_file() {
-        fs.file(
-            "etc/ssl/certs/ca-certificates.crt",
+    fs.file("sample-operator", 0o755, contents)
+        // glibc's built-in `files` and `dns`: a name a Pod's hostAliases give is never sent out.
+        .file(
+            "etc/nsswitch.conf",
             0o644,
-            std::fs::read(bundle).map_err(|e| Error::io(bundle, e))?,
-        );
-    }
+            b"hosts: files dns\npasswd: files\ngroup: files\n".to_vec(),
+        )
+        // Neutron's and Keystone's TLS certificates are checked against these roots.
+        .file("etc/ssl/certs/ca-certificates.crt", 0o644, root_certificates());
     Ok(fs)
+}
+
+/// Mozilla's root certificates as a PEM bundle, from the `webpki-root-certs` crate.
+fn root_certificates() -> Vec<u8> {
+    use base64::Engine;
+    let mut pem = String::new();
+    for cert in webpki_root_certs::TLS_SERVER_ROOT_CERTS {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in encoded.as_bytes().chunks(64) {
+            pem.push_str(&String::from_utf8_lossy(line));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    pem.into_bytes()
 }
 
 fn add_libraries(fs: &mut Rootfs, binary: &Path) -> Result<()> {
@@ -350,7 +379,7 @@ pub const BUSYBOX: &str = "localhost/sample-operator/busybox:1";
 /// The sandbox image containerd is told to use; it only has to sleep.
 pub const PAUSE: &str = "localhost/sample-operator/pause:1";
 
-/// The operator's image around `binary`, as the Dockerfile's: entrypoint, arguments and user.
+/// The operator's image around the static `binary`: entrypoint, arguments and user.
 pub fn operator_image(binary: &Path, version: &str) -> Result<Image> {
     write_image(
         &operator_rootfs(binary)?,
@@ -484,6 +513,107 @@ mod tests {
         let layer_digest = manifest["layers"][0]["digest"].as_str().unwrap();
         blob(layer_digest);
         assert_eq!(config["rootfs"]["diff_ids"][0], layer_digest);
+    }
+
+    /// Debian's busybox-static stands in for the operator's static build (the tests' image is
+    /// built by `cargo xtask test`); the host's `sh` is linked dynamically.
+    fn static_binary(test: &str) -> Option<&'static Path> {
+        let busybox = Path::new("/bin/busybox");
+        if busybox.is_file() {
+            return Some(busybox);
+        }
+        crate::testing::skipped(test, "/bin/busybox is missing: install Debian's busybox-static");
+        None
+    }
+
+    #[test]
+    fn the_operators_image_holds_a_static_binary_and_nothing_of_the_hosts() {
+        let dynamic = operator_rootfs(Path::new("/bin/sh")).unwrap_err().to_string();
+        assert!(dynamic.contains("statically linked"), "{dynamic}");
+        let Some(binary) =
+            static_binary("image::tests::the_operators_image_holds_a_static_binary_and_nothing_of_the_hosts")
+        else {
+            return;
+        };
+        let fs = operator_rootfs(binary).unwrap();
+        let paths: Vec<&str> = fs.entries.keys().map(String::as_str).collect();
+        assert_eq!(
+            paths,
+            [
+                "etc/group",
+                "etc/nsswitch.conf",
+                "etc/passwd",
+                "etc/ssl/certs/ca-certificates.crt",
+                "home/nonroot",
+                "sample-operator",
+                "tmp"
+            ]
+        );
+        // The crate's roots, every one a certificate openssl reads.
+        let Entry::File { contents, .. } = &fs.entries["etc/ssl/certs/ca-certificates.crt"] else {
+            panic!("the CA bundle is a file");
+        };
+        let dir = std::env::temp_dir().join(format!("image-roots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bundle = dir.join("roots.pem");
+        std::fs::write(&bundle, contents).unwrap();
+        let subjects = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "openssl crl2pkcs7 -nocrl -certfile {} | openssl pkcs7 -print_certs -noout | grep -c '^subject='",
+                bundle.display()
+            ))
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let read: usize = String::from_utf8_lossy(&subjects.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        assert_eq!(read, webpki_root_certs::TLS_SERVER_ROOT_CERTS.len());
+        assert!(read > 100, "{read} roots");
+    }
+
+    /// What a user pushes with an OCI tool is the image the tests ran: skopeo reads the layout,
+    /// and its copy with `--preserve-digests` keeps the manifest (without, it writes another), so
+    /// the digest printed is the digest pushed.
+    #[test]
+    fn skopeo_reads_the_image_and_keeps_its_digest() {
+        const TEST: &str = "image::tests::skopeo_reads_the_image_and_keeps_its_digest";
+        let Some(binary) = static_binary(TEST) else {
+            return;
+        };
+        if Command::new("skopeo").arg("--version").output().is_err() {
+            crate::testing::skipped(TEST, "skopeo is missing: install Debian's skopeo");
+            return;
+        }
+        let image = operator_image(binary, "0.1.0").unwrap();
+        let dir = std::env::temp_dir().join(format!("image-skopeo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tar = dir.join("image.oci.tar");
+        std::fs::write(&tar, &image.tar).unwrap();
+        let source = format!("oci-archive:{}:0.1.0", tar.display());
+        let skopeo = |args: &[&str]| {
+            let output = Command::new("skopeo")
+                .arg("--insecure-policy")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "skopeo {args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            output.stdout
+        };
+        let manifest = skopeo(&["inspect", "--raw", &source]);
+        assert_eq!(sha256(&manifest), image.digest);
+        let copy = format!("oci:{}:0.1.0", dir.join("copy").display());
+        skopeo(&["copy", "--quiet", "--preserve-digests", &source, &copy]);
+        let index: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("copy/index.json")).unwrap()).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(index["manifests"][0]["digest"], image.digest.as_str());
     }
 
     #[test]

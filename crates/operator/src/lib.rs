@@ -146,7 +146,7 @@ pub async fn run_with(
 
 /// Debug builds only, for the process test that a dead controller ends the process: the
 /// controller that `SAMPLE_OPERATOR_TEST_PANIC` names panics a second after it started. Release
-/// builds, which the Dockerfile and the benchmark make, have no such switch.
+/// builds, which the image and the benchmark run, have no such switch.
 #[cfg(debug_assertions)]
 fn injected_panic(name: &'static str, run: BoxFuture<'static, ()>) -> BoxFuture<'static, ()> {
     use futures::FutureExt;

@@ -215,6 +215,10 @@ impl State {
         if self.by_key.get(&event.key) == Some(&seq) {
             self.by_key.remove(&event.key);
         }
+        if self.pending.is_empty() {
+            // After a burst, give back the index's room rather than hold it while idle.
+            self.by_key.shrink_to(1024);
+        }
         Some(event)
     }
 
