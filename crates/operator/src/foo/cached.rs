@@ -1,23 +1,27 @@
-//! The part of a Deployment the Foo controller reads, which is what it caches.
+//! The part of a Deployment the Foo controller reads, as it reads it from the apiserver: from
+//! its watch, a get or an apply's answer. The controller keeps only a [`Row`] of each (see
+//! [`super::table`]); this form lives while one event or answer is handled.
 //!
 //! A `k8s_openapi` Deployment with one container takes about 4.5 KiB before any of its strings
 //! (its structs carry every field of a DeploymentSpec, a PodSpec and a Container), and the
-//! controller reads a dozen fields. So its watch deserializes Deployments straight into this
+//! controller reads a dozen fields. So Deployments are deserialized straight into this
 //! projection, a few hundred bytes, with less parsing; serde skips the unknown fields. Its labels
-//! are kept as short sorted lists: a `BTreeMap` allocates a whole node (about 544 bytes) even for
-//! one label, and a Deployment has three sets of them (at 10,000 Foos, the memory scenario went
-//! from 74 to 56 MiB in one run).
+//! are short sorted lists: a `BTreeMap` allocates a whole node (about 544 bytes) even for one
+//! label, and a Deployment has three sets of them (which counted while these were cached: at
+//! 10,000 Foos, the memory scenario went from 74 to 56 MiB in one run).
+//!
+//! [`Row`]: super::table::Row
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::Deserialize;
 
-/// A Deployment as the Foo controller caches it. Every one is trimmed as it is read, from the
-/// watch, a get or an apply's answer (see [`CachedDeployment::trim`]).
+/// A Deployment as the Foo controller reads it. Every one is trimmed as it is read (see
+/// [`CachedDeployment::trim`]).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(from = "Wire")]
 pub struct CachedDeployment {
@@ -82,9 +86,6 @@ impl Labels {
     pub fn get(&self, key: &str) -> Option<&String> {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
-    pub fn to_map(&self) -> Option<BTreeMap<String, String>> {
-        (!self.0.is_empty()).then(|| self.0.iter().cloned().collect())
-    }
 }
 
 impl From<Option<BTreeMap<String, String>>> for Labels {
@@ -106,15 +107,6 @@ pub struct Selector {
     pub match_labels: Labels,
     pub match_expressions:
         Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement>>,
-}
-
-impl Selector {
-    pub fn to_label_selector(&self) -> LabelSelector {
-        LabelSelector {
-            match_labels: self.match_labels.to_map(),
-            match_expressions: self.match_expressions.clone(),
-        }
-    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]

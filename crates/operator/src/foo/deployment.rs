@@ -2,12 +2,15 @@
 //! client, so they are tested with plain fixtures.
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, OwnerReference};
 use kube::ResourceExt;
 
-use super::cached::{CachedDeployment, Labels};
+use super::cached::CachedDeployment;
 use super::settings::{SETTINGS_LABEL, Settings};
+use super::table::Row;
 use sample_operator_api::FooKind;
 use serde_json::json;
 
@@ -65,48 +68,147 @@ pub fn desired(foo: &impl FooKind, settings: &Settings) -> Deployment {
     .expect("a valid Deployment")
 }
 
-/// Whether `observed` differs from `desired` in any field the operator manages. Fields others
-/// manage (an added annotation, another container) do not count: they are left alone. The
-/// resources and security context count through the settings' digest label: a change of the
-/// settings is seen, an edit of those fields by hand is not (see [`Settings::digest`]).
-pub fn needs_apply(desired: &Deployment, observed: &CachedDeployment) -> bool {
-    let contains_all = |have: &Labels, want: Option<&BTreeMap<String, String>>| {
-        want.into_iter().flatten().all(|(k, v)| have.get(k) == Some(v))
-    };
-    let (Some(want), Some(have)) = (desired.spec.as_ref(), observed.spec.as_ref()) else {
-        return true;
-    };
-    let want_image = want
-        .template
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.iter().find(|c| c.name == "nginx"))
-        .and_then(|c| c.image.as_ref());
-    let have_image = have
-        .template
-        .spec
-        .containers
-        .iter()
-        .find(|c| c.name == "nginx")
-        .and_then(|c| c.image.as_ref());
-    let want_template_labels = want.template.metadata.as_ref().and_then(|m| m.labels.as_ref());
-    let owner_missing = desired
-        .owner_references()
-        .iter()
-        .any(|o| !observed.owner_references().contains(o));
+/// The label keys the operator sets on the Deployment, and on its pod template: in those maps,
+/// the only entries it manages (others' labels are left alone, and are no drift).
+const MANAGED_LABELS: [&str; 2] = [MANAGED_BY_LABEL, SETTINGS_LABEL];
+const TEMPLATE_LABELS: [&str; 2] = ["app", "controller"];
 
-    owner_missing
-        || !contains_all(&observed.labels, desired.metadata.labels.as_ref())
-        || want.replicas != have.replicas
-        || want.selector != have.selector.to_label_selector()
-        || !contains_all(&have.template.metadata.labels, want_template_labels)
-        || want_image != have_image
+/// The fields of a Deployment the operator manages, borrowed from a desired or an observed one,
+/// so that both are digested alike.
+#[derive(Hash)]
+struct Managed<'a> {
+    /// There is at most one controller reference, and the desired reference is one: the
+    /// observed references contain it exactly when their controller reference is it.
+    controller: Option<Reference<'a>>,
+    labels: [Option<&'a str>; 2],
+    replicas: Option<i32>,
+    selector: Vec<(&'a str, &'a str)>,
+    selector_expressions: Vec<(&'a str, &'a str, &'a [String])>,
+    template_labels: [Option<&'a str>; 2],
+    /// The image of the container named nginx; other containers are someone else's.
+    image: Option<&'a str>,
+}
+
+impl Managed<'_> {
+    /// Equal digests mean equal fields, but for one chance in 2^64: a digest is what the
+    /// controller keeps of each observed Deployment (see `table.rs`), not the fields. Stable
+    /// within the process, which is all it is compared in.
+    fn digest(&self) -> u64 {
+        let mut hasher = std::hash::DefaultHasher::new();
+        self.hash(&mut hasher);
+        hasher.finish()
+    }
+}
+
+/// Every field of an owner reference.
+#[derive(Hash)]
+struct Reference<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    name: &'a str,
+    uid: &'a str,
+    controller: Option<bool>,
+    block_owner_deletion: Option<bool>,
+}
+
+fn controller_of(references: &[OwnerReference]) -> Option<Reference<'_>> {
+    references
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| Reference {
+            api_version: &o.api_version,
+            kind: &o.kind,
+            name: &o.name,
+            uid: &o.uid,
+            controller: o.controller,
+            block_owner_deletion: o.block_owner_deletion,
+        })
+}
+
+fn expressions(selector: Option<&[LabelSelectorRequirement]>) -> Vec<(&str, &str, &[String])> {
+    selector
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            (
+                e.key.as_str(),
+                e.operator.as_str(),
+                e.values.as_deref().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// The digest of the managed fields of the Deployment a Foo wants.
+pub fn desired_digest(desired: &Deployment) -> u64 {
+    let spec = desired.spec.as_ref();
+    let labels = desired.metadata.labels.as_ref();
+    let template_labels = spec
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.as_ref());
+    Managed {
+        controller: controller_of(desired.owner_references()),
+        labels: MANAGED_LABELS.map(|key| labels.and_then(|l| l.get(key)).map(String::as_str)),
+        replicas: spec.and_then(|s| s.replicas),
+        selector: spec
+            .and_then(|s| s.selector.match_labels.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect(),
+        selector_expressions: expressions(spec.and_then(|s| s.selector.match_expressions.as_deref())),
+        template_labels: TEMPLATE_LABELS
+            .map(|key| template_labels.and_then(|l| l.get(key)).map(String::as_str)),
+        image: spec
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.containers.iter().find(|c| c.name == "nginx"))
+            .and_then(|c| c.image.as_deref()),
+    }
+    .digest()
+}
+
+/// The digest of the managed fields of an observed Deployment.
+pub fn observed_digest(observed: &CachedDeployment) -> u64 {
+    let spec = observed.spec.as_ref();
+    Managed {
+        controller: controller_of(observed.owner_references()),
+        labels: MANAGED_LABELS.map(|key| observed.labels.get(key).map(String::as_str)),
+        replicas: spec.and_then(|s| s.replicas),
+        selector: spec
+            .map(|s| s.selector.match_labels.0.iter())
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect(),
+        selector_expressions: expressions(spec.and_then(|s| s.selector.match_expressions.as_deref())),
+        template_labels: match spec {
+            Some(s) => TEMPLATE_LABELS.map(|key| s.template.metadata.labels.get(key).map(String::as_str)),
+            None => [None; 2],
+        },
+        image: spec
+            .and_then(|s| s.template.spec.containers.iter().find(|c| c.name == "nginx"))
+            .and_then(|c| c.image.as_deref()),
+    }
+    .digest()
+}
+
+/// Whether `observed` differs from `desired` in any field the operator manages. Fields others
+/// manage (an added label or annotation, another container) do not count: they are left alone.
+/// The resources and security context count through the settings' digest label: a change of the
+/// settings is seen, an edit of those fields by hand is not (see [`Settings::digest`]).
+pub fn needs_apply(desired: &Deployment, observed: &Row) -> bool {
+    desired_digest(desired) != observed.managed
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use sample_operator_api::{ExampleFoo, Foo, FooSpec};
+
+    /// What the table keeps of `deployment` once the apiserver sends it.
+    fn observed(deployment: Deployment) -> Row {
+        Row::of(&deployment.into())
+    }
 
     fn desired_default(foo: &Foo) -> Deployment {
         desired(foo, &Settings::default())
@@ -189,7 +291,7 @@ mod tests {
     #[test]
     fn a_matching_deployment_needs_no_write() {
         let want = desired_default(&foo(Some(2)));
-        assert!(!needs_apply(&want, &want.clone().into()));
+        assert!(!needs_apply(&want, &observed(want.clone())));
     }
 
     #[test]
@@ -198,18 +300,56 @@ mod tests {
         let mut have = want.clone();
         have.annotations_mut().insert("team".into(), "payments".into());
         have.labels_mut().insert("extra".into(), "yes".into());
-        let pod = have.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
-        pod.containers.push(k8s_openapi::api::core::v1::Container {
-            name: "sidecar".into(),
-            ..Default::default()
-        });
-        assert!(!needs_apply(&want, &have.into()));
+        let template = &mut have.spec.as_mut().unwrap().template;
+        let labels = template.metadata.as_mut().unwrap().labels.as_mut().unwrap();
+        labels.insert("version".into(), "2".into());
+        // Another container, ahead of ours.
+        let pod = template.spec.as_mut().unwrap();
+        pod.containers.insert(
+            0,
+            k8s_openapi::api::core::v1::Container {
+                name: "sidecar".into(),
+                ..Default::default()
+            },
+        );
+        // Another owner, not a controller, ahead of ours.
+        have.metadata.owner_references.as_mut().unwrap().insert(
+            0,
+            OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: "team".into(),
+                uid: "uid-9".into(),
+                ..Default::default()
+            },
+        );
+        assert!(!needs_apply(&want, &observed(have)));
+    }
+
+    #[test]
+    fn the_digest_covers_every_label_the_operator_sets() {
+        // A label set but not digested would never be put back.
+        let d = desired_default(&foo(Some(2)));
+        let keys: Vec<_> = d.labels().keys().map(String::as_str).collect();
+        assert_eq!(keys, MANAGED_LABELS);
+        let spec = d.spec.unwrap();
+        let template: Vec<_> = spec
+            .template
+            .metadata
+            .unwrap()
+            .labels
+            .unwrap()
+            .into_keys()
+            .collect();
+        assert_eq!(template, TEMPLATE_LABELS);
+        let selector: Vec<_> = spec.selector.match_labels.unwrap().into_keys().collect();
+        assert_eq!(selector, TEMPLATE_LABELS);
     }
 
     #[test]
     fn managed_fields_changed_by_hand_are_drift() {
         let want = desired_default(&foo(Some(2)));
-        let edits: [fn(&mut Deployment); 5] = [
+        let edits: [fn(&mut Deployment); 10] = [
             |d| d.spec.as_mut().unwrap().replicas = Some(5),
             |d| {
                 d.spec
@@ -239,11 +379,35 @@ mod tests {
                     .remove("app");
             },
             |d| d.metadata.owner_references = None,
+            |d| d.metadata.owner_references.as_mut().unwrap()[0].controller = None,
+            |d| d.metadata.owner_references.as_mut().unwrap()[0].name = "another-foo".into(),
+            |d| {
+                d.labels_mut().insert(SETTINGS_LABEL.into(), "edited".into());
+            },
+            |d| {
+                let selector = &mut d.spec.as_mut().unwrap().selector;
+                selector
+                    .match_labels
+                    .as_mut()
+                    .unwrap()
+                    .insert("tier".into(), "web".into());
+            },
+            |d| {
+                d.spec
+                    .as_mut()
+                    .unwrap()
+                    .template
+                    .spec
+                    .as_mut()
+                    .unwrap()
+                    .containers[0]
+                    .name = "web".into()
+            },
         ];
         for (i, edit) in edits.iter().enumerate() {
             let mut have = want.clone();
             edit(&mut have);
-            assert!(needs_apply(&want, &have.into()), "edit {i} went unnoticed");
+            assert!(needs_apply(&want, &observed(have)), "edit {i} went unnoticed");
         }
     }
 
@@ -272,12 +436,12 @@ mod tests {
         settings.security_context.run_as_non_root = Some(true);
         assert!(needs_apply(
             &desired(&foo(Some(2)), &settings),
-            &before.clone().into()
+            &observed(before.clone())
         ));
         settings = Settings {
             image: "nginx:1.29".into(),
             ..Settings::default()
         };
-        assert!(needs_apply(&desired(&foo(Some(2)), &settings), &before.into()));
+        assert!(needs_apply(&desired(&foo(Some(2)), &settings), &observed(before)));
     }
 }

@@ -14,13 +14,15 @@
 //! 3. **remove stale Deployments** this Foo controls under another name (after a rename);
 //! 4. **update the status** ([`status::desired`]) when it changed, with events on transitions.
 //!
-//! Deployments are watched by label (only the operator's own), cached, and indexed by the Foo
-//! that controls them; a Deployment event reaches its Foo through the owner reference.
+//! Deployments are watched by label (only the operator's own) into a table of what reconcile
+//! reads of them ([`table`]), not cached as objects; a Deployment event reaches its Foo through
+//! the owner reference.
 
 pub mod cached;
 pub mod deployment;
 pub mod settings;
 pub mod status;
+pub mod table;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -33,18 +35,17 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{predicates, watcher};
 use sample_operator_api::{ExampleFoo, Foo, FooKind};
 
 use crate::runtime::children;
 use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::index::Index;
-use crate::runtime::watch::no_preparation;
 use crate::runtime::{Context, FIELD_MANAGER, ReconcileError, Reconciler, Shared, Wiring};
 use cached::CachedDeployment;
 pub use settings::Settings;
 use status::Observed;
+use table::{DeploymentTable, Row};
 
 /// A group the Foo is served in, and the name of its controller.
 pub trait Kind: FooKind {
@@ -120,10 +121,8 @@ impl ReconcileError for Error {
 
 /// The Foo domain, for Foos of kind `K`.
 pub struct FooReconciler<K> {
-    /// The operator's Deployments, by namespace and name.
-    deployments: Store<CachedDeployment>,
-    /// The operator's Deployments, by the uid of the Foo of kind `K` that controls them.
-    owned: Index<CachedDeployment, String>,
+    /// What reconcile reads of the operator's Deployments.
+    deployments: DeploymentTable,
     settings: Arc<Settings>,
     kind: PhantomData<fn() -> K>,
 }
@@ -138,15 +137,15 @@ pub fn wiring<K: Kind>(shared: &Shared, settings: &Settings) -> Wiring<FooReconc
     let foos = shared.watch_primary::<K>(watcher::Config::default(), predicates::generation, move |event| {
         index.apply(event)
     });
-    let owned = Index::new(controlling_foo_uid::<K>);
-    let index = owned.clone();
+    let table = DeploymentTable::default();
+    let follow = table.clone();
     let selector = format!("{}={}", deployment::MANAGED_BY_LABEL, deployment::MANAGED_BY);
-    let deployments = shared.watch_cache(
+    let deployments = shared.watch_followed(
         shared.api::<CachedDeployment>(),
         "deployments",
         watcher::Config::default().labels(&selector),
-        no_preparation,
-        move |event| index.apply(event),
+        |_| {},
+        move |event| follow.apply(event),
     );
     // Any other Deployment may be in a Foo's way: its changes and deletion are watched (their
     // metadata, not cached) and reach the Foos that name it.
@@ -169,8 +168,7 @@ pub fn wiring<K: Kind>(shared: &Shared, settings: &Settings) -> Wiring<FooReconc
         name: K::CONTROLLER,
         controller,
         reconciler: FooReconciler {
-            deployments: deployments.store,
-            owned,
+            deployments: table,
             settings: Arc::new(settings.clone()),
             kind: PhantomData,
         },
@@ -184,19 +182,6 @@ fn named_deployment<K: Kind>(foo: &K) -> Vec<(String, String)> {
     foo.namespace()
         .map(|namespace| (namespace, foo.spec().deployment_name.clone()))
         .into_iter()
-        .collect()
-}
-
-/// The uid of the Foo of kind `K` that controls `deployment`: a Foo of the other group is
-/// another owner.
-fn controlling_foo_uid<K: Kind>(deployment: &CachedDeployment) -> Vec<String> {
-    deployment
-        .owner_references()
-        .iter()
-        .filter(|o| {
-            o.controller == Some(true) && o.kind == K::kind(&()) && o.api_version == K::api_version(&())
-        })
-        .map(|o| o.uid.clone())
         .collect()
 }
 
@@ -233,21 +218,22 @@ impl<K: Kind> Reconciler for FooReconciler<K> {
 }
 
 impl<K: Kind> FooReconciler<K> {
-    /// Makes the Deployment match the desired one. Returns it, and whether anything was written.
+    /// Makes the Deployment match the desired one. Returns its row, and whether anything was
+    /// written.
     async fn ensure_deployment(
         &self,
         foo: &K,
         ctx: &Context<K>,
         namespace: &str,
         uid: &str,
-    ) -> Result<(Arc<CachedDeployment>, bool), Error> {
+    ) -> Result<(Row, bool), Error> {
         let api: Api<Deployment> = Api::namespaced(ctx.client().clone(), namespace);
         // Reads and applies answer with the cached projection rather than a whole Deployment.
         let cached_api: Api<CachedDeployment> = Api::namespaced(ctx.client().clone(), namespace);
         let name = &foo.spec().deployment_name;
         let desired = deployment::desired(foo, &self.settings);
-        let observed = match self.deployments.get(&ObjectRef::new(name).within(namespace)) {
-            Some(cached) => cached,
+        let observed = match self.deployments.get(namespace, name) {
+            Some(row) => row,
             // Not among the operator's Deployments: create it, unless one of that name exists
             // (someone else's, or ours with its label removed), which is then read.
             None => match children::create(&api, &desired)
@@ -256,12 +242,12 @@ impl<K: Kind> FooReconciler<K> {
             {
                 Some(created) => {
                     tracing::info!(deployment = %name, "created Deployment");
-                    return Ok((Arc::new(created.into()), true));
+                    return Ok((Row::of(&created.into()), true));
                 }
-                None => Arc::new(cached_api.get(name).await.map_err(Error::ReadDeployment)?),
+                None => Row::of(&cached_api.get(name).await.map_err(Error::ReadDeployment)?),
             },
         };
-        if !children::is_controlled_by(&*observed, uid) {
+        if !observed.is_controlled_by(uid) {
             return Err(Error::ResourceExists(name.clone()));
         }
         if !deployment::needs_apply(&desired, &observed) {
@@ -270,14 +256,14 @@ impl<K: Kind> FooReconciler<K> {
         // The uid makes the apply conditional on the object checked above: if it was replaced in
         // between by someone else's, the apiserver refuses instead of taking it over.
         let mut patch = desired;
-        patch.metadata.uid = observed.metadata.uid.clone();
+        patch.metadata.uid = Some(observed.uid.into());
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let applied = cached_api
             .patch(name, &params, &Patch::Apply(&patch))
             .await
             .map_err(Error::ApplyDeployment)?;
         tracing::info!(deployment = %name, "applied Deployment");
-        Ok((Arc::new(applied), true))
+        Ok((Row::of(&applied), true))
     }
 
     /// Deletes the Deployments this Foo controls under a name it no longer asks for.
@@ -289,22 +275,16 @@ impl<K: Kind> FooReconciler<K> {
         uid: &str,
     ) -> Result<bool, Error> {
         let mut removed = false;
-        for stale in self.owned.get(&uid.to_owned()) {
-            if stale.name == foo.spec().deployment_name || stale.namespace.as_deref() != Some(namespace) {
-                continue;
-            }
-            let Some(cached) = self.deployments.get(&stale) else {
-                continue;
-            };
-            if !children::is_controlled_by(&*cached, uid) {
+        for (name, stale) in self.deployments.controlled_by(namespace, uid) {
+            if *name == *foo.spec().deployment_name {
                 continue;
             }
             let api: Api<Deployment> = Api::namespaced(ctx.client().clone(), namespace);
-            if children::delete(&api, &*cached)
+            if children::delete(&api, &name, &stale.uid)
                 .await
                 .map_err(Error::DeleteDeployment)?
             {
-                tracing::info!(deployment = %stale.name, "deleted stale Deployment");
+                tracing::info!(deployment = %name, "deleted stale Deployment");
                 removed = true;
             }
         }

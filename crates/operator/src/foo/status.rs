@@ -2,8 +2,8 @@
 
 use sample_operator_api::{FooKind, FooStatus};
 
-use super::cached::CachedDeployment;
 use super::deployment::desired_replicas;
+use super::table::Row;
 use crate::runtime::status::Ready;
 
 // The runtime reads the conditions to tell transitions and to count objects by readiness.
@@ -23,7 +23,7 @@ pub mod reason {
 /// What reconcile found, which decides the status.
 pub enum Observed<'a> {
     /// The Foo's own Deployment.
-    Deployment(&'a CachedDeployment),
+    Deployment(&'a Row),
     /// The Deployment of that name belongs to someone else.
     Conflict,
     /// The spec is invalid; the message names the field.
@@ -36,14 +36,10 @@ pub fn desired(foo: &impl FooKind, observed: Observed<'_>) -> FooStatus {
     let name = &foo.spec().deployment_name;
     let (available, ready, reason, message) = match observed {
         Observed::Deployment(deployment) => {
-            let available = deployment
-                .status
-                .as_ref()
-                .and_then(|s| s.available_replicas)
-                .unwrap_or(0);
+            let available = deployment.available_replicas;
             let want = desired_replicas(foo);
             let message = format!("Deployment {name:?} has {available} of {want} replicas available");
-            if available >= want && rolled_out(deployment) {
+            if available >= want && deployment.rolled_out {
                 (available, true, reason::AVAILABLE, message)
             } else {
                 (available, false, reason::PROGRESSING, message)
@@ -85,16 +81,10 @@ pub fn resource_exists_message(name: &str) -> String {
     format!("Resource {name:?} already exists and is not managed by Foo")
 }
 
-/// Whether the Deployment controller has seen the latest spec of the Deployment.
-fn rolled_out(deployment: &CachedDeployment) -> bool {
-    let observed = deployment.status.as_ref().and_then(|s| s.observed_generation);
-    observed.is_some() && observed >= deployment.metadata.generation
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::foo::cached;
+    use crate::foo::cached::{CachedDeployment, Status};
     use crate::runtime::status::status_differs;
     use sample_operator_api::{Foo, FooSpec};
 
@@ -110,14 +100,14 @@ mod tests {
         foo
     }
 
-    fn deployment(available: i32, generation: i64, observed: i64) -> CachedDeployment {
+    fn deployment(available: i32, generation: i64, observed: i64) -> Row {
         let mut d = CachedDeployment::default();
         d.metadata.generation = Some(generation);
-        d.status = Some(cached::Status {
+        d.status = Some(Status {
             available_replicas: Some(available),
             observed_generation: Some(observed),
         });
-        d
+        Row::of(&d)
     }
 
     fn ready(status: &FooStatus) -> (&str, &str) {

@@ -34,21 +34,21 @@ where
     }
 }
 
-/// Deletes exactly `checked` (by uid), in the background; false when it is gone already or a
-/// same-named successor replaced it, which is left alone.
-pub async fn delete<K>(api: &Api<K>, checked: &impl Resource) -> kube::Result<bool>
+/// Deletes exactly the object `name` with `uid`, in the background; false when it is gone
+/// already or a same-named successor replaced it, which is left alone.
+pub async fn delete<K>(api: &Api<K>, name: &str, uid: &str) -> kube::Result<bool>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
-            uid: checked.uid(),
+            uid: Some(uid.to_owned()),
             resource_version: None,
         }),
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
     };
-    match api.delete(&checked.name_any(), &params).await {
+    match api.delete(name, &params).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
         Err(e) => Err(e),

@@ -5,7 +5,8 @@
 //! controller's store, its changes trigger reconciles (filtered by a predicate, so that the
 //! controller's own status writes trigger nothing), and it tells [`OwnWrites`] which writes the
 //! cache has caught up with. [`Shared::watch_cache`] watches anything else the reconcile reads,
-//! whose changes the controller maps to its objects (`owns_stream`, `watches_stream`).
+//! whose changes the controller maps to its objects (`owns_stream`, `watches_stream`);
+//! [`Shared::watch_followed`] does the same for a controller that keeps a table of its own.
 
 use std::fmt::Debug;
 
@@ -159,6 +160,14 @@ pub struct Cache<K: Resource<DynamicType = ()> + 'static> {
     pub synced: Synced,
 }
 
+/// Objects a controller follows into a table of its own: their changes, and when the first
+/// list is in.
+pub struct Followed<K: Resource<DynamicType = ()> + 'static> {
+    /// Changed and deleted objects, to be mapped to the controller's objects.
+    pub events: BoxStream<'static, Result<K, watcher::Error>>,
+    pub synced: Synced,
+}
+
 impl Shared {
     /// Watches the controller's own resource `K` in the watched namespaces (as `selection`
     /// says). Only changes that `predicate` sees trigger a reconcile; `index` sees every event
@@ -215,23 +224,43 @@ impl Shared {
     where
         C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
-        let (store, writer) = reflector::store();
+        let (store, mut writer) = reflector::store();
+        let followed = self.watch_followed(api, name, selection, prepare, move |event| {
+            index(event);
+            writer.apply_watcher_event(event);
+        });
+        Cache {
+            store,
+            events: followed.events,
+            synced: followed.synced,
+        }
+    }
+
+    /// Watches `api` (as `selection` says) for a controller that keeps what it reads of the
+    /// objects in a table of its own rather than a cache of whole objects: `follow` sees every
+    /// event, in order, after `prepare` and before the changed objects are passed on.
+    pub fn watch_followed<C>(
+        &self,
+        api: Api<C>,
+        name: &'static str,
+        selection: watcher::Config,
+        prepare: impl FnMut(&mut C) + Send + 'static,
+        mut follow: impl FnMut(&Event<C>) + Send + 'static,
+    ) -> Followed<C>
+    where
+        C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
         let (synced, mark) = Synced::new();
         let selection = self.config.initial_list.apply(selection);
         let events = watcher::watcher(api, selection)
             .default_backoff()
             .inspect(self.metrics.watch_observer(name))
             .modify(prepare)
-            .inspect_ok(move |event| index(event))
-            .reflect(writer)
+            .inspect_ok(move |event| follow(event))
             .inspect_ok(mark)
             .touched_objects()
             .boxed();
-        Cache {
-            store,
-            events,
-            synced,
-        }
+        Followed { events, synced }
     }
 
     /// Watches `api`'s objects (as `selection` says) without caching them: the changed and

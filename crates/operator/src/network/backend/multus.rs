@@ -341,8 +341,11 @@ impl NetworkBackend for Multus {
         if !children::is_controlled_by(&*observed, &uid) {
             return Ok(false);
         }
+        let Some(observed_uid) = observed.uid() else {
+            return Ok(false);
+        };
         // Only the object that was checked: never a same-named successor.
-        match children::delete(&self.api(&namespace), &*observed).await {
+        match children::delete(&self.api(&namespace), &name, &observed_uid).await {
             Ok(deleted) => Ok(deleted),
             Err(source) => Err(BackendError::request(
                 "deleting NetworkAttachmentDefinition",
