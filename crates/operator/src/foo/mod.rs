@@ -161,7 +161,7 @@ pub fn wiring<K: Kind>(shared: &Shared, settings: &Settings) -> Wiring<FooReconc
     let controller = Controller::for_stream(foos.events, foos.store)
         .owns_stream(deployments.events)
         .watches_stream(foreign, move |d| {
-            let key = (d.namespace().unwrap_or_default(), d.name_any());
+            let key = (d.namespace().unwrap_or_default().into(), d.name_any().into());
             by_deployment.get(&key)
         });
     Wiring {
@@ -178,9 +178,11 @@ pub fn wiring<K: Kind>(shared: &Shared, settings: &Settings) -> Wiring<FooReconc
 }
 
 /// The index key of a Foo: the Deployment it names, in its own namespace.
-fn named_deployment<K: Kind>(foo: &K) -> Vec<(String, String)> {
-    foo.namespace()
-        .map(|namespace| (namespace, foo.spec().deployment_name.clone()))
+fn named_deployment<K: Kind>(foo: &K) -> Vec<(Box<str>, Box<str>)> {
+    foo.meta()
+        .namespace
+        .as_deref()
+        .map(|namespace| (namespace.into(), foo.spec().deployment_name.as_str().into()))
         .into_iter()
         .collect()
 }

@@ -15,13 +15,39 @@ use kube::runtime::watcher::Event;
 
 type KeyFn<K, Key> = dyn Fn(&K) -> Vec<Key> + Send + Sync;
 
-struct Maps<K: Resource, Key> {
-    /// A key has one object or a few, so a list costs less memory than a set.
-    by_key: HashMap<Key, Vec<ObjectRef<K>>>,
-    keys_of: HashMap<ObjectRef<K>, Vec<Key>>,
+/// An object's namespace and name: 32 bytes, where an `ObjectRef` takes 96 and copies the uid
+/// and resourceVersion too (which its equality ignores). Two are kept per object.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Name {
+    namespace: Option<Box<str>>,
+    name: Box<str>,
 }
 
-impl<K: Resource, Key> Default for Maps<K, Key> {
+impl Name {
+    fn of<K: Resource>(obj: &K) -> Self {
+        let meta = obj.meta();
+        Self {
+            namespace: meta.namespace.as_deref().map(Into::into),
+            name: meta.name.as_deref().unwrap_or_default().into(),
+        }
+    }
+
+    fn to_ref<K: Resource<DynamicType = ()>>(&self) -> ObjectRef<K> {
+        let object_ref = ObjectRef::new(&self.name);
+        match &self.namespace {
+            Some(namespace) => object_ref.within(namespace),
+            None => object_ref,
+        }
+    }
+}
+
+struct Maps<Key> {
+    /// A key has one object or a few, so a list costs less memory than a set.
+    by_key: HashMap<Key, Vec<Name>>,
+    keys_of: HashMap<Name, Box<[Key]>>,
+}
+
+impl<Key> Default for Maps<Key> {
     fn default() -> Self {
         Self {
             by_key: HashMap::new(),
@@ -30,35 +56,29 @@ impl<K: Resource, Key> Default for Maps<K, Key> {
     }
 }
 
-impl<K, Key> Maps<K, Key>
-where
-    K: Resource<DynamicType = ()>,
-    Key: Eq + Hash + Clone,
-{
-    fn insert(&mut self, obj: &K, mut keys: Vec<Key>) {
-        let obj_ref = slim_ref(obj);
-        self.remove(&obj_ref);
-        // A key list collected from a filter starts with room for four.
-        keys.shrink_to_fit();
+impl<Key: Eq + Hash + Clone> Maps<Key> {
+    fn insert(&mut self, name: Name, keys: Vec<Key>) {
+        self.remove(&name);
         for key in &keys {
             // Vec's first allocation would hold four.
             let objects = self
                 .by_key
                 .entry(key.clone())
                 .or_insert_with(|| Vec::with_capacity(1));
-            if !objects.contains(&obj_ref) {
-                objects.push(obj_ref.clone());
+            if !objects.contains(&name) {
+                objects.push(name.clone());
             }
         }
         if !keys.is_empty() {
-            self.keys_of.insert(obj_ref, keys);
+            // Without the spare room a list collected from a filter starts with.
+            self.keys_of.insert(name, keys.into_boxed_slice());
         }
     }
 
-    fn remove(&mut self, obj_ref: &ObjectRef<K>) {
-        for key in self.keys_of.remove(obj_ref).unwrap_or_default() {
+    fn remove(&mut self, name: &Name) {
+        for key in self.keys_of.remove(name).unwrap_or_default() {
             if let Some(objects) = self.by_key.get_mut(&key) {
-                objects.retain(|o| o != obj_ref);
+                objects.retain(|o| o != name);
                 if objects.is_empty() {
                     self.by_key.remove(&key);
                 }
@@ -67,24 +87,12 @@ where
     }
 }
 
-/// The object's name and namespace only: `ObjectRef::from_obj` also copies its uid and
-/// resourceVersion, which equality ignores and which would cost two more strings for each of
-/// the two references kept per object (about 110 bytes per Foo).
-fn slim_ref<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectRef<K> {
-    let meta = obj.meta();
-    let object_ref = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
-    match &meta.namespace {
-        Some(namespace) => object_ref.within(namespace),
-        None => object_ref,
-    }
-}
-
 /// A shared index; clones see the same state.
 pub struct Index<K: Resource, Key> {
     key_fn: Arc<KeyFn<K, Key>>,
-    live: Arc<RwLock<Maps<K, Key>>>,
+    live: Arc<RwLock<Maps<Key>>>,
     /// The state being rebuilt during a re-list.
-    building: Arc<RwLock<Option<Maps<K, Key>>>>,
+    building: Arc<RwLock<Option<Maps<Key>>>>,
 }
 
 impl<K: Resource, Key> Clone for Index<K, Key> {
@@ -118,12 +126,12 @@ where
                 .live
                 .write()
                 .expect("index lock")
-                .insert(obj, (self.key_fn)(obj)),
-            Event::Delete(obj) => self.live.write().expect("index lock").remove(&slim_ref(obj)),
+                .insert(Name::of(obj), (self.key_fn)(obj)),
+            Event::Delete(obj) => self.live.write().expect("index lock").remove(&Name::of(obj)),
             Event::Init => *self.building.write().expect("index lock") = Some(Maps::default()),
             Event::InitApply(obj) => {
                 if let Some(maps) = self.building.write().expect("index lock").as_mut() {
-                    maps.insert(obj, (self.key_fn)(obj));
+                    maps.insert(Name::of(obj), (self.key_fn)(obj));
                 }
             }
             Event::InitDone => {
@@ -141,7 +149,7 @@ where
             .expect("index lock")
             .by_key
             .get(key)
-            .cloned()
+            .map(|names| names.iter().map(Name::to_ref).collect())
             .unwrap_or_default()
     }
 
@@ -217,8 +225,9 @@ mod tests {
         assert_eq!(found, [ObjectRef::from_obj(&object)]);
         assert!(found[0].extra.uid.is_none() && found[0].extra.resource_version.is_none());
         let maps = index.live.read().unwrap();
-        let keys = &maps.keys_of[&found[0]];
-        assert_eq!(keys.capacity(), keys.len());
+        let name = Name::of(&object);
+        assert_eq!(maps.keys_of[&name].len(), 1);
+        assert_eq!(maps.by_key[&"x".to_owned()].capacity(), 1);
         drop(maps);
         // An update finds the entry the slim reference made, so the object is indexed once.
         object.metadata.resource_version = Some("43".into());
