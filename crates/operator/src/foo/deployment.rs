@@ -346,22 +346,17 @@ mod tests {
         assert_eq!(selector, TEMPLATE_LABELS);
     }
 
+    fn nginx(d: &mut Deployment) -> &mut k8s_openapi::api::core::v1::Container {
+        let pod = d.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+        &mut pod.containers[0]
+    }
+
     #[test]
     fn managed_fields_changed_by_hand_are_drift() {
         let want = desired_default(&foo(Some(2)));
         let edits: [fn(&mut Deployment); 10] = [
             |d| d.spec.as_mut().unwrap().replicas = Some(5),
-            |d| {
-                d.spec
-                    .as_mut()
-                    .unwrap()
-                    .template
-                    .spec
-                    .as_mut()
-                    .unwrap()
-                    .containers[0]
-                    .image = Some("nginx:1.0".into())
-            },
+            |d| nginx(d).image = Some("nginx:1.0".into()),
             |d| {
                 d.labels_mut().remove(MANAGED_BY_LABEL);
             },
@@ -392,17 +387,7 @@ mod tests {
                     .unwrap()
                     .insert("tier".into(), "web".into());
             },
-            |d| {
-                d.spec
-                    .as_mut()
-                    .unwrap()
-                    .template
-                    .spec
-                    .as_mut()
-                    .unwrap()
-                    .containers[0]
-                    .name = "web".into()
-            },
+            |d| nginx(d).name = "web".into(),
         ];
         for (i, edit) in edits.iter().enumerate() {
             let mut have = want.clone();
