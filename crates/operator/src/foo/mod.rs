@@ -41,6 +41,7 @@ use sample_operator_api::{ExampleFoo, Foo, FooKind};
 use crate::runtime::children;
 use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::index::Index;
+use crate::runtime::watch::no_preparation;
 use crate::runtime::{Context, FIELD_MANAGER, ReconcileError, Reconciler, Shared, Wiring};
 use cached::CachedDeployment;
 pub use settings::Settings;
@@ -144,7 +145,7 @@ pub fn wiring<K: Kind>(shared: &Shared, settings: &Settings) -> Wiring<FooReconc
         shared.api::<CachedDeployment>(),
         "deployments",
         watcher::Config::default().labels(&selector),
-        |_| {},
+        no_preparation,
         move |event| follow.apply(event),
     );
     // Any other Deployment may be in a Foo's way: its changes and deletion are watched (their
