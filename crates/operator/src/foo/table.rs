@@ -69,7 +69,6 @@ struct Rows {
     /// Names by the uid of their controller (the Deployments a Foo left behind after a rename);
     /// the key is shared with the rows' `controller`.
     by_controller: HashMap<Arc<str>, Box<[Box<str>]>>,
-    len: usize,
 }
 
 impl Rows {
@@ -92,7 +91,6 @@ impl Rows {
             None => self.rows.entry(namespace.into()).or_default(),
         };
         names.insert(name.into(), row);
-        self.len += 1;
     }
 
     fn remove(&mut self, namespace: &str, name: &str) {
@@ -102,7 +100,6 @@ impl Rows {
         let Some(row) = names.remove(name) else {
             return;
         };
-        self.len -= 1;
         if names.is_empty() {
             self.rows.remove(namespace);
         }
@@ -179,7 +176,8 @@ impl DeploymentTable {
 
     /// How many Deployments the table holds.
     pub fn len(&self) -> usize {
-        self.live.read().expect("table lock").len
+        let live = self.live.read().expect("table lock");
+        live.rows.values().map(HashMap::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
