@@ -561,10 +561,12 @@ async fn preflight(
     namespace: Option<&str>,
     server: &str,
 ) -> Result<(), String> {
-    client
-        .apiserver_version()
-        .await
-        .map_err(|e| format!("cannot reach the API server at {server}: {e}"))?;
+    client.apiserver_version().await.map_err(|e| {
+        format!(
+            "cannot reach the API server at {server}: {}",
+            crate::runtime::error_chain(&e)
+        )
+    })?;
     for controller in controllers {
         let resource = controller.resource();
         let kind = (resource.crd_name)();

@@ -72,6 +72,22 @@ impl Telemetry {
     }
 }
 
+/// An error and its causes as one line, each text once: most errors repeat their source's
+/// message in their own, while some (hyper's "client error (Connect)") leave the cause, such as
+/// a failed name lookup, to their source.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut chain: Vec<String> = Vec::new();
+    let mut source = Some(error);
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !chain.last().is_some_and(|last| last.contains(&text)) {
+            chain.push(text);
+        }
+        source = e.source();
+    }
+    chain.join(": ")
+}
+
 /// What every controller of a run shares: where to watch, how hard to work, who is speaking.
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
@@ -171,4 +187,53 @@ pub(crate) fn resync_ticks(interval: Duration) -> impl Stream<Item = ()> + Send 
             Some(((), t))
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    /// An error that names itself only, leaving its cause to `source`.
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("client error (Connect)")
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn an_error_chain_names_each_cause_once() {
+        let lookup = std::io::Error::other("failed to lookup address information: Name or service not known");
+        assert_eq!(
+            error_chain(&Outer(lookup)),
+            "client error (Connect): failed to lookup address information: Name or service not known"
+        );
+        // A message that already holds its source's is not repeated.
+        let repeated = Repeats(std::io::Error::other("connection refused"));
+        assert_eq!(error_chain(&repeated), "connecting: connection refused");
+    }
+
+    /// An error whose message holds its source's.
+    #[derive(Debug)]
+    struct Repeats(std::io::Error);
+
+    impl std::fmt::Display for Repeats {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "connecting: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Repeats {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
 }

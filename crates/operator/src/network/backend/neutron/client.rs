@@ -728,16 +728,10 @@ fn neutron_message(msg: &str) -> String {
 /// What a failure outside Neutron's answers means: the network failed (unreachable), or
 /// Keystone refused us, or the configuration is wrong.
 fn classify(error: &(dyn std::error::Error + 'static), action: &str) -> BackendError {
-    let mut chain = Vec::new();
     let mut source = Some(error);
     let mut unreachable = false;
     let mut auth = None;
     while let Some(e) = source {
-        // Most errors repeat their source's message in their own; keep each text once.
-        let text = e.to_string();
-        if !chain.last().is_some_and(|last: &String| last.contains(&text)) {
-            chain.push(text);
-        }
         if let Some(e) = e.downcast_ref::<reqwest::Error>()
             && (e.is_connect() || e.is_timeout() || e.is_request())
         {
@@ -748,7 +742,7 @@ fn classify(error: &(dyn std::error::Error + 'static), action: &str) -> BackendE
         }
         source = e.source();
     }
-    let detail = chain.join(": ");
+    let detail = crate::runtime::error_chain(error);
     if unreachable {
         BackendError::Unreachable(format!(
             "{action}: {detail}; check that Keystone and neutron-server run and that the operator can reach them"
