@@ -770,10 +770,17 @@ async fn nothing_a_pod_sends_leaves_through_the_host_and_no_image_is_pulled() {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no count of packets sent by {device}: {ping}"));
         let dropped = guard_drops("iptables", &bridge) - dropped;
-        assert!(
-            transmitted >= 1 && dropped >= transmitted,
-            "the guard dropped {dropped} packets from {bridge}, not the {transmitted} pings sent: {ping}"
-        );
+        if transmitted < 1 || dropped < transmitted {
+            // What the Pod knew of its next hop and what the host counted, for a rare failure
+            // seen once under load and not reproduced since.
+            let neighbours = testing::kubectl(&["exec", "-n", &ns.name, "sender", "--", "ip", "neigh"]).await;
+            panic!(
+                "the guard dropped {dropped} packets from {bridge}, not the {transmitted} pings sent: {ping}\n\
+                 the Pod's neighbours: {neighbours}\nthe guard: {}\nFORWARD: {}",
+                host(&["iptables", "-v", "-x", "-n", "-L", "SAMPLE-OPERATOR-NODE"]),
+                host(&["iptables", "-v", "-x", "-n", "-L", "FORWARD"]),
+            );
+        }
         // The same rule stands in the IPv6 firewall.
         guard_drops("ip6tables", &bridge);
     }
@@ -816,4 +823,181 @@ async fn nothing_a_pod_sends_leaves_through_the_host_and_no_image_is_pulled() {
     delete_promptly(pods, "pulled").await;
     delete_promptly(pods, "sender").await;
     scene.finish().await;
+}
+
+/// A DNS server of the test's own on the node's address: Debian's dnsmasq, answering for one
+/// domain from its own table, forwarding nothing and reading no host file; its log lists every
+/// query. It listens only on the node bridge's address (a Pod's route to the node) and
+/// goes when dropped.
+struct NodeDns {
+    server: tokio::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl NodeDns {
+    /// None (recording why) where dnsmasq is not installed and the real node is not required.
+    async fn start(test: &str, domain: &str, names: &[(&str, &str)]) -> Option<Self> {
+        if which("dnsmasq").is_none() {
+            let why = "dnsmasq is not installed (Debian: dnsmasq-base)";
+            if std::env::var("SAMPLE_OPERATOR_REAL_NODE").is_ok_and(|v| v == "required") {
+                panic!("{test} needs a DNS server: {why}");
+            }
+            testing::skipped(test, why);
+            return None;
+        }
+        let log = std::env::temp_dir().join(format!("sample-operator-dns-{}.log", std::process::id()));
+        let mut args = vec![
+            "--keep-in-foreground".to_owned(),
+            // No configuration, resolver or hosts file of the machine's.
+            "--conf-file=/dev/null".to_owned(),
+            "--no-resolv".to_owned(),
+            "--no-hosts".to_owned(),
+            "--no-poll".to_owned(),
+            "--pid-file".to_owned(),
+            format!("--listen-address={}", local_cluster::node::NODE_IP),
+            "--bind-interfaces".to_owned(),
+            "--port=53".to_owned(),
+            "--log-queries".to_owned(),
+            format!("--log-facility={}", log.display()),
+        ];
+        // The domain is its own: each name's IPv4 address, no data for its other types
+        // (AAAA), and "no such name" for the rest of the domain.
+        args.push(format!("--local=/{domain}/"));
+        for (name, ip) in names {
+            assert!(name.ends_with(&format!(".{domain}")), "{name} is in {domain}");
+            args.push(format!("--address=/{name}/{ip}"));
+        }
+        let server = tokio::process::Command::new("dnsmasq")
+            .args(&args)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("dnsmasq starts");
+        let dns = NodeDns { server, log };
+        // Listening once it has logged its start.
+        let start = Instant::now();
+        while !dns.log().contains("started") {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "dnsmasq did not start: {}",
+                dns.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Some(dns)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NodeDns {
+    fn drop(&mut self) {
+        let _ = self.server.start_kill();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|path| path.is_file())
+    })
+}
+
+#[tokio::test]
+async fn the_operator_image_looks_names_up_through_the_pods_dns_server() {
+    const TEST: &str = "real_node::the_operator_image_looks_names_up_through_the_pods_dns_server";
+    if !real_node(TEST) {
+        return;
+    }
+    // The API server's cluster DNS name, as CoreDNS would answer it; a name in its certificate.
+    const NAME: &str = "kubernetes.default.svc.cluster.local";
+    let Some(dns) = NodeDns::start(TEST, "cluster.local", &[(NAME, "10.0.0.1")]).await else {
+        return;
+    };
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "real-dns").await;
+    let pod = operator_pod("resolver", &ns.name, NAME);
+    let pods: Api<Pod> = ns.api();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let running = wait_ready(&pods, "test=dns", 1).await;
+    let pod_ip = running[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("a Pod address");
+    // The API server answers the name: here it refuses the namespace's default ServiceAccount,
+    // which is an answer over TLS checked against the name (a failed lookup would say so).
+    let start = Instant::now();
+    let logs = loop {
+        let logs = pods.logs("resolver", &Default::default()).await.unwrap();
+        if logs.contains("Forbidden") || start.elapsed() > TIMEOUT {
+            break logs;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(
+        logs.contains(&format!("at https://{NAME}/: ApiError:")) && logs.contains("code: 403"),
+        "the API server answers the operator by name:\n{logs}\ndnsmasq:\n{}",
+        dns.log()
+    );
+    // The name came from our server, asked by the Pod: the static binary's resolver read the
+    // Pod's resolv.conf, and no hosts file knew the name.
+    let log = dns.log();
+    assert!(
+        log.contains(&format!("query[A] {NAME} from {pod_ip}"))
+            && log.contains(&format!("config {NAME} is 10.0.0.1")),
+        "the Pod asked the node's DNS server:\n{log}"
+    );
+    delete_promptly(&pods, "resolver").await;
+
+    // A name the server does not know: the operator stops at once, and says why.
+    const MISSING: &str = "missing.default.svc.cluster.local";
+    let mut pod = operator_pod("unknown", &ns.name, MISSING);
+    pod.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let failed = testing::wait_for(&pods, "unknown", "phase Failed", TIMEOUT, |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+    })
+    .await
+    .unwrap();
+    let logs = pods.logs("unknown", &Default::default()).await.unwrap();
+    eprintln!("unknown: {}", logs.trim());
+    assert!(
+        logs.contains(&format!("cannot reach the API server at https://{MISSING}/"))
+            && logs.contains("failed to lookup address information"),
+        "the operator names the failed lookup:\n{logs}\n{}",
+        describe(&[failed])
+    );
+    let log = dns.log();
+    assert!(
+        log.contains(&format!("query[A] {MISSING} from")) && !log.contains("forwarded"),
+        "the node's DNS server was asked and forwarded nothing:\n{log}"
+    );
+    delete_promptly(&pods, "unknown").await;
+    ns.delete().await;
+}
+
+/// The operator's image as a Pod on the real node whose only DNS server is the node's, told
+/// that the API server is `host`, watching `namespace` with the namespace's default
+/// ServiceAccount.
+fn operator_pod(name: &str, namespace: &str, host: &str) -> Pod {
+    let mut spec = on_real_node();
+    spec["containers"] = json!([{
+        "name": "operator",
+        "image": local_cluster::image::operator_reference(env!("CARGO_PKG_VERSION")),
+        "imagePullPolicy": "Never",
+        "args": ["run", "--namespace", namespace, "--controllers", "my-custom-resource"],
+        "env": [{ "name": "KUBERNETES_SERVICE_HOST", "value": host }],
+    }]);
+    spec["dnsPolicy"] = json!("None");
+    spec["dnsConfig"] = json!({ "nameservers": [local_cluster::node::NODE_IP.to_string()] });
+    spec["terminationGracePeriodSeconds"] = json!(5);
+    serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": { "test": "dns" } },
+        "spec": spec,
+    }))
+    .unwrap()
 }
