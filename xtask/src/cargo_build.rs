@@ -1,7 +1,7 @@
 //! Builds of our operator that the commands run: the demo's and the image's (dev or release),
 //! the benchmark's (release).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
@@ -29,26 +29,41 @@ pub fn operator(profile: &str, quiet: bool) -> Result<PathBuf> {
     Ok(target_dir().join(folder).join("sample-operator"))
 }
 
+/// The folders of this machine a build of the checkout `root` into `target` reads from or
+/// writes to, with what the image's build writes in their place: the checkout, cargo's home and
+/// the target folder. The last match wins in rustc and in gcc, so the target folder (often
+/// inside the checkout) comes after the checkout.
+pub fn build_paths(root: &Path, target: &Path) -> Vec<(PathBuf, &'static str)> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let mut paths = vec![(root.to_owned(), "/src")];
+    paths.extend(home.map(|home| (home, "/cargo")));
+    paths.push((target.to_owned(), "/target"));
+    paths
+}
+
 /// The target the image's static binary is built for: named explicitly so that RUSTFLAGS reach
 /// the operator and its libraries but not build scripts and proc macros, which cargo then builds
 /// for the host without them (a proc macro cannot be static). Its output has a folder of its own.
 pub const STATIC_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// The operator linked statically (glibc's `crt-static`), for the image: it loads no library,
-/// so the image holds nothing of this host's packages. Paths of this checkout and of cargo's
-/// registry are remapped, so that they are not written into the binary.
+/// so the image holds nothing of this host's packages. Paths of this checkout, of cargo's
+/// registry and of the target folder are remapped, in Rust and in the C the libraries compile
+/// (aws-lc's `__FILE__`s), so that the binary does not depend on where they are.
 pub fn operator_static(profile: &str, quiet: bool) -> Result<PathBuf> {
+    operator_static_at(&paths::repo_root(), &target_dir(), profile, quiet)
+}
+
+/// [`operator_static`] of the checkout `root` into the target folder `target`.
+pub fn operator_static_at(root: &Path, target: &Path, profile: &str, quiet: bool) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = paths::repo_root();
-    let mut flags = vec![
-        "-C target-feature=+crt-static".to_owned(),
-        format!("--remap-path-prefix={}=/src", root.display()),
-    ];
-    if let Some(home) = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-    {
-        flags.push(format!("--remap-path-prefix={}=/cargo", home.display()));
+    let mut flags = vec!["-C target-feature=+crt-static".to_owned()];
+    let mut c_flags = Vec::new();
+    for (path, to) in &build_paths(root, target) {
+        flags.push(format!("--remap-path-prefix={}={to}", path.display()));
+        c_flags.push(format!("-ffile-prefix-map={}={to}", path.display()));
     }
     let mut cmd = Command::new(cargo);
     cmd.args([
@@ -62,14 +77,17 @@ pub fn operator_static(profile: &str, quiet: bool) -> Result<PathBuf> {
         STATIC_TARGET,
     ])
     .env("RUSTFLAGS", flags.join(" "))
-    .current_dir(&root);
+    // The cc crate adds these to the C flags of this target only.
+    .env(
+        format!("CFLAGS_{}", STATIC_TARGET.replace('-', "_")),
+        c_flags.join(" "),
+    )
+    .env("CARGO_TARGET_DIR", target)
+    .current_dir(root);
     if quiet {
         cmd.arg("--quiet");
     }
     process::run(&mut cmd).with_context(|| format!("building the static sample-operator ({profile})"))?;
     let folder = if profile == "dev" { "debug" } else { profile };
-    Ok(target_dir()
-        .join(STATIC_TARGET)
-        .join(folder)
-        .join("sample-operator"))
+    Ok(target.join(STATIC_TARGET).join(folder).join("sample-operator"))
 }

@@ -177,6 +177,7 @@ fn real_node_scene(demo: &Demo, cluster: &LocalCluster) -> Result<()> {
             profile: "dev".into(),
             binary: None,
             no_import: false,
+            compare_elsewhere: false,
         },
     )?;
     println!(

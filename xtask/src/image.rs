@@ -18,6 +18,10 @@ pub struct ImageArgs {
     /// Only write the tar; do not import it into the real node.
     #[arg(long)]
     pub no_import: bool,
+    /// Build the binary again (dev) from a copy of the checkout in another folder, into another
+    /// target folder, and require the same bytes (some 4 minutes on 2 cores).
+    #[arg(long, conflicts_with = "binary")]
+    pub compare_elsewhere: bool,
 }
 
 /// The tag the chart's Pods ask for when `image.tag` is empty: its appVersion.
@@ -40,6 +44,22 @@ pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<image::Image> {
     let out = crate::cargo_build::target_dir().join("image");
     std::fs::create_dir_all(&out)?;
     let binary = strip_debug_info(&binary, &out)?;
+    if args.binary.is_none() {
+        // Our own build must not depend on where it ran: no folder of this machine in it.
+        let bytes = std::fs::read(&binary)?;
+        let folders = crate::cargo_build::build_paths(&paths::repo_root(), &crate::cargo_build::target_dir());
+        let found = paths_in(&bytes, folders.iter().map(|(p, _)| p.as_path()));
+        anyhow::ensure!(
+            found.is_empty(),
+            "the image's binary holds paths of this machine ({}): the build's path remapping misses them",
+            found.join(", ")
+        );
+    }
+    if args.compare_elsewhere {
+        println!("building the binary again from a copy of the checkout elsewhere");
+        check_built_elsewhere(&binary, &args.profile)?;
+        println!("  the same bytes: the binary depends on the source, not on where it was built");
+    }
     let image = image::operator_image(&binary, &version)?;
     let path = out.join(format!("sample-operator-{version}.oci.tar"));
     std::fs::write(&path, &image.tar)?;
@@ -55,16 +75,81 @@ pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<image::Image> {
 }
 
 /// A copy without debug information (a dev build's is most of its 480 MB); the symbols stay,
-/// so that a panic's backtrace still names functions. binutils' output is deterministic.
+/// so that a panic's backtrace still names functions. binutils' output is deterministic. The
+/// linker's build id goes too: it hashes the debug information, which may still name a folder
+/// that a library's build script resolved through a symbolic link.
 fn strip_debug_info(binary: &Path, out: &Path) -> Result<PathBuf> {
     let stripped = out.join("sample-operator");
     process::run(
         Command::new("strip")
             .arg("--strip-debug")
+            .arg("--remove-section=.note.gnu.build-id")
             .arg("-o")
             .arg(&stripped)
             .arg(binary),
     )
     .context("stripping the operator's debug information (Debian's binutils)")?;
     Ok(stripped)
+}
+
+/// Builds the image's binary again in `profile` from a copy of this checkout in another folder,
+/// into another target folder, and requires the same bytes as `first`, the stripped binary
+/// built from here: what the image holds depends on the source, not on where it was built. The
+/// copy holds the files git tracks or would track, as they are in the working tree.
+fn check_built_elsewhere(first: &Path, profile: &str) -> Result<()> {
+    let root = paths::repo_root();
+    let scratch = std::env::temp_dir().join(format!("sample-operator-elsewhere-{}", std::process::id()));
+    let (copy, target) = (scratch.join("checkout"), scratch.join("target"));
+    let result = (|| {
+        let listed = process::output(
+            Command::new("git")
+                .args(["ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+                .current_dir(&root),
+        )
+        .context("listing the checkout's files")?;
+        for file in listed.split('\0').filter(|f| !f.is_empty()) {
+            let from = root.join(file);
+            // Deleted in the working tree, still in git's index.
+            if !from.is_file() {
+                continue;
+            }
+            let to = copy.join(file);
+            std::fs::create_dir_all(to.parent().expect("a file in a folder"))?;
+            std::fs::copy(&from, &to).with_context(|| format!("copying {file}"))?;
+        }
+        let built = crate::cargo_build::operator_static_at(&copy, &target, profile, true)?;
+        let stripped = strip_debug_info(&built, &scratch)?;
+        let (a, b) = (std::fs::read(first)?, std::fs::read(&stripped)?);
+        let differing = a.iter().zip(&b).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len());
+        anyhow::ensure!(
+            differing == 0,
+            "the operator built in {} differs from the one built here in {differing} bytes",
+            copy.display()
+        );
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// Which of `paths` occur in `bytes`.
+fn paths_in<'a>(bytes: &[u8], paths: impl IntoIterator<Item = &'a Path>) -> Vec<String> {
+    paths
+        .into_iter()
+        .map(|p| p.display().to_string())
+        .filter(|p| memchr::memmem::find(bytes, p.as_bytes()).is_some())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_in_names_the_folders_a_binary_holds() {
+        let bytes = b"\0/cargo/registry/src/x.c\0/root/.cargo/registry/src/aws-lc/cbb.c\0";
+        let paths = [Path::new("/root/.cargo"), Path::new("/work/main")];
+        assert_eq!(paths_in(bytes, paths), ["/root/.cargo"]);
+        assert!(paths_in(b"/cargo/registry/src/x.c", paths).is_empty());
+    }
 }

@@ -331,16 +331,22 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
     };
     let state = runtime.block_on(cluster.up_with(options))?;
     println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
-    if real_node {
+    // The whole suite builds the image also without a node, and builds it again elsewhere.
+    let built_image = real_node || extra.is_empty();
+    if built_image {
         // The dev build the tests compile anyway, without its debug information: a release
         // build would add some 15 minutes to a cold run.
-        println!("== the operator's image, into the real node");
+        println!(
+            "== the operator's image{}",
+            if real_node { ", into the real node" } else { "" }
+        );
         image::run(
             cluster,
             &image::ImageArgs {
                 profile: "dev".into(),
                 binary: None,
-                no_import: false,
+                no_import: !real_node,
+                compare_elsewhere: extra.is_empty(),
             },
         )?;
     }
