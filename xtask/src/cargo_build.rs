@@ -83,6 +83,9 @@ pub fn operator_static_at(root: &Path, target: &Path, profile: &str, quiet: bool
         c_flags.join(" "),
     )
     .env("CARGO_TARGET_DIR", target)
+    // An incremental build's code depends on the builds before it, a fresh one's only on the
+    // source: the image is built afresh (the dev profile is incremental by default).
+    .env("CARGO_INCREMENTAL", "0")
     .current_dir(root);
     if quiet {
         cmd.arg("--quiet");
