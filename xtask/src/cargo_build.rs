@@ -30,17 +30,31 @@ pub fn operator(profile: &str, quiet: bool) -> Result<PathBuf> {
 }
 
 /// The folders of this machine a build of the checkout `root` into `target` reads from or
-/// writes to, with what the image's build writes in their place: the checkout, cargo's home and
-/// the target folder. The last match wins in rustc and in gcc, so the target folder (often
-/// inside the checkout) comes after the checkout.
-pub fn build_paths(root: &Path, target: &Path) -> Vec<(PathBuf, &'static str)> {
+/// writes to, with what the image's build writes in their place: the checkout, cargo's home, the
+/// standard library's source where rustup installed it (`rust-src`, which rustc would otherwise
+/// name in panic locations instead of its usual `/rustc/<commit>`) and the target folder. The
+/// last match wins in rustc and in gcc, so the target folder (often inside the checkout) comes
+/// after the checkout.
+pub fn build_paths(root: &Path, target: &Path) -> Result<Vec<(PathBuf, String)>> {
     let home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
-    let mut paths = vec![(root.to_owned(), "/src")];
-    paths.extend(home.map(|home| (home, "/cargo")));
-    paths.push((target.to_owned(), "/target"));
-    paths
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = process::output(Command::new(&rustc).args(["--print", "sysroot"]))
+        .context("asking rustc for its sysroot")?;
+    let version = process::output(Command::new(&rustc).arg("-vV")).context("asking rustc for its version")?;
+    let commit = version
+        .lines()
+        .find_map(|l| l.strip_prefix("commit-hash: "))
+        .context("no commit-hash in rustc -vV")?;
+    let mut paths = vec![(root.to_owned(), "/src".to_owned())];
+    paths.extend(home.map(|home| (home, "/cargo".to_owned())));
+    paths.push((
+        Path::new(sysroot.trim()).join("lib/rustlib/src/rust"),
+        format!("/rustc/{commit}"),
+    ));
+    paths.push((target.to_owned(), "/target".to_owned()));
+    Ok(paths)
 }
 
 /// The target the image's static binary is built for: named explicitly so that RUSTFLAGS reach
@@ -61,7 +75,7 @@ pub fn operator_static_at(root: &Path, target: &Path, profile: &str, quiet: bool
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut flags = vec!["-C target-feature=+crt-static".to_owned()];
     let mut c_flags = Vec::new();
-    for (path, to) in &build_paths(root, target) {
+    for (path, to) in &build_paths(root, target)? {
         flags.push(format!("--remap-path-prefix={}={to}", path.display()));
         c_flags.push(format!("-ffile-prefix-map={}={to}", path.display()));
     }

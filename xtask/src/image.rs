@@ -47,7 +47,8 @@ pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<image::Image> {
     if args.binary.is_none() {
         // Our own build must not depend on where it ran: no folder of this machine in it.
         let bytes = std::fs::read(&binary)?;
-        let folders = crate::cargo_build::build_paths(&paths::repo_root(), &crate::cargo_build::target_dir());
+        let folders =
+            crate::cargo_build::build_paths(&paths::repo_root(), &crate::cargo_build::target_dir())?;
         let found = paths_in(&bytes, folders.iter().map(|(p, _)| p.as_path()));
         anyhow::ensure!(
             found.is_empty(),
