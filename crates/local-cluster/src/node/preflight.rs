@@ -125,7 +125,8 @@ pub fn preflight(cluster_dir: &Path) -> Vec<String> {
     missing
 }
 
-pub(super) fn which(tool: &str) -> Option<PathBuf> {
+/// Where `tool` is: on `PATH`, or in the sbin folders a user's `PATH` may lack.
+pub fn which(tool: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .unwrap_or_default()

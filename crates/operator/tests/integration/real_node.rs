@@ -837,14 +837,14 @@ struct NodeDns {
 impl NodeDns {
     /// None (recording why) where dnsmasq is not installed and the real node is not required.
     async fn start(test: &str, domain: &str, names: &[(&str, &str)]) -> Option<Self> {
-        if which("dnsmasq").is_none() {
+        let Some(dnsmasq) = local_cluster::node::which("dnsmasq") else {
             let why = "dnsmasq is not installed (Debian: dnsmasq-base)";
             if std::env::var("SAMPLE_OPERATOR_REAL_NODE").is_ok_and(|v| v == "required") {
                 panic!("{test} needs a DNS server: {why}");
             }
             testing::skipped(test, why);
             return None;
-        }
+        };
         let log = std::env::temp_dir().join(format!("sample-operator-dns-{}.log", std::process::id()));
         let mut args = vec![
             "--keep-in-foreground".to_owned(),
@@ -867,7 +867,7 @@ impl NodeDns {
             assert!(name.ends_with(&format!(".{domain}")), "{name} is in {domain}");
             args.push(format!("--address=/{name}/{ip}"));
         }
-        let server = tokio::process::Command::new("dnsmasq")
+        let server = tokio::process::Command::new(dnsmasq)
             .args(&args)
             .kill_on_drop(true)
             .spawn()
@@ -896,14 +896,6 @@ impl Drop for NodeDns {
         let _ = self.server.start_kill();
         let _ = std::fs::remove_file(&self.log);
     }
-}
-
-fn which(program: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|path| path.is_file())
-    })
 }
 
 #[tokio::test]
