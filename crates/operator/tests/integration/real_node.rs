@@ -246,8 +246,8 @@ async fn the_chart_runs_the_operator_as_real_pods_that_hand_over_and_stop_gracef
         assert_eq!(status["CapEff"], "0000000000000000");
     }
     // In-cluster configuration by name: the image's static binary looks the name up in the
-    // /etc/hosts the Pod's hostAliases wrote (its nsswitch.conf says files first; the node's
-    // resolver answers nothing), and reaches the `kubernetes` Service through kube-proxy.
+    // /etc/hosts the Pod's hostAliases wrote (musl's resolver reads it before asking DNS; the
+    // node's resolver answers nothing), and reaches the `kubernetes` Service through kube-proxy.
     let name = running[0].metadata.name.clone().unwrap();
     let logs = pods.logs(&name, &Default::default()).await.unwrap();
     assert!(
@@ -861,11 +861,13 @@ impl NodeDns {
             format!("--log-facility={}", log.display()),
         ];
         // The domain is its own: each name's IPv4 address, no data for its other types
-        // (AAAA), and "no such name" for the rest of the domain.
+        // (AAAA), and "no such name" for the rest of the domain, as CoreDNS answers a Service.
+        // (`--address` would answer a name's AAAA with "no such name", which musl's resolver
+        // rightly takes for the whole name.)
         args.push(format!("--local=/{domain}/"));
         for (name, ip) in names {
             assert!(name.ends_with(&format!(".{domain}")), "{name} is in {domain}");
-            args.push(format!("--address=/{name}/{ip}"));
+            args.push(format!("--host-record={name},{ip}"));
         }
         let server = tokio::process::Command::new(dnsmasq)
             .args(&args)
@@ -904,14 +906,17 @@ async fn the_operator_image_looks_names_up_through_the_pods_dns_server() {
     if !real_node(TEST) {
         return;
     }
-    // The API server's cluster DNS name, as CoreDNS would answer it; a name in its certificate.
+    // The API server's cluster DNS name, as CoreDNS would answer it; the Pod is given the short
+    // name, a name in the server's certificate, which the resolver completes from the Pod's
+    // search list as in any cluster.
     const NAME: &str = "kubernetes.default.svc.cluster.local";
+    const SHORT: &str = "kubernetes.default.svc";
     let Some(dns) = NodeDns::start(TEST, "cluster.local", &[(NAME, "10.0.0.1")]).await else {
         return;
     };
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "real-dns").await;
-    let pod = operator_pod("resolver", &ns.name, NAME);
+    let pod = operator_pod("resolver", &ns.name, SHORT);
     let pods: Api<Pod> = ns.api();
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let running = wait_ready(&pods, "test=dns", 1).await;
@@ -931,16 +936,19 @@ async fn the_operator_image_looks_names_up_through_the_pods_dns_server() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert!(
-        logs.contains(&format!("at https://{NAME}/: ApiError:")) && logs.contains("code: 403"),
+        logs.contains(&format!("at https://{SHORT}/: ApiError:")) && logs.contains("code: 403"),
         "the API server answers the operator by name:\n{logs}\ndnsmasq:\n{}",
         dns.log()
     );
     // The name came from our server, asked by the Pod: the static binary's resolver read the
-    // Pod's resolv.conf, and no hosts file knew the name.
+    // Pod's resolv.conf, tried the search list in order, and no hosts file knew the name.
     let log = dns.log();
+    let first = format!("query[A] {SHORT}.{}.svc.cluster.local from {pod_ip}", ns.name);
     assert!(
-        log.contains(&format!("query[A] {NAME} from {pod_ip}"))
-            && log.contains(&format!("config {NAME} is 10.0.0.1")),
+        log.find(&first)
+            .is_some_and(|at| log[at..].contains(&format!("query[A] {NAME} from {pod_ip}")))
+            && log.contains(&format!("config {NAME} is 10.0.0.1"))
+            && log.contains(&format!("config {NAME} is NODATA-IPv6")),
         "the Pod asked the node's DNS server:\n{log}"
     );
     delete_promptly(&pods, "resolver").await;
@@ -972,9 +980,9 @@ async fn the_operator_image_looks_names_up_through_the_pods_dns_server() {
     ns.delete().await;
 }
 
-/// The operator's image as a Pod on the real node whose only DNS server is the node's, told
-/// that the API server is `host`, watching `namespace` with the namespace's default
-/// ServiceAccount.
+/// The operator's image as a Pod on the real node whose only DNS server is the node's, with
+/// the search list and `ndots` the kubelet gives a Pod in `namespace`, told that the API server
+/// is `host`, watching `namespace` with the namespace's default ServiceAccount.
 fn operator_pod(name: &str, namespace: &str, host: &str) -> Pod {
     let mut spec = on_real_node();
     spec["containers"] = json!([{
@@ -985,7 +993,11 @@ fn operator_pod(name: &str, namespace: &str, host: &str) -> Pod {
         "env": [{ "name": "KUBERNETES_SERVICE_HOST", "value": host }],
     }]);
     spec["dnsPolicy"] = json!("None");
-    spec["dnsConfig"] = json!({ "nameservers": [local_cluster::node::NODE_IP.to_string()] });
+    spec["dnsConfig"] = json!({
+        "nameservers": [local_cluster::node::NODE_IP.to_string()],
+        "searches": [format!("{namespace}.svc.cluster.local"), "svc.cluster.local", "cluster.local"],
+        "options": [{ "name": "ndots", "value": "5" }],
+    });
     spec["terminationGracePeriodSeconds"] = json!(5);
     serde_json::from_value(json!({
         "metadata": { "name": name, "labels": { "test": "dns" } },
