@@ -14,6 +14,17 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| paths::repo_root().join("target"))
 }
 
+fn rustc() -> String {
+    std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into())
+}
+
+/// The Rust toolchain's folder, where rustup puts its components and targets.
+fn sysroot() -> Result<PathBuf> {
+    let out = process::output(Command::new(rustc()).args(["--print", "sysroot"]))
+        .context("asking rustc for its sysroot")?;
+    Ok(PathBuf::from(out.trim()))
+}
+
 /// `cargo build --locked -p sample-operator` in `profile` (`dev` or `release`), returning the
 /// binary's path. `quiet` hides cargo's progress, for commands whose own output is the point.
 pub fn operator(profile: &str, quiet: bool) -> Result<PathBuf> {
@@ -39,10 +50,8 @@ pub fn build_paths(root: &Path, target: &Path) -> Result<Vec<(PathBuf, String)>>
     let home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let sysroot = process::output(Command::new(&rustc).args(["--print", "sysroot"]))
-        .context("asking rustc for its sysroot")?;
-    let version = process::output(Command::new(&rustc).arg("-vV")).context("asking rustc for its version")?;
+    let version =
+        process::output(Command::new(rustc()).arg("-vV")).context("asking rustc for its version")?;
     let commit = version
         .lines()
         .find_map(|l| l.strip_prefix("commit-hash: "))
@@ -50,30 +59,43 @@ pub fn build_paths(root: &Path, target: &Path) -> Result<Vec<(PathBuf, String)>>
     let mut paths = vec![(root.to_owned(), "/src".to_owned())];
     paths.extend(home.map(|home| (home, "/cargo".to_owned())));
     paths.push((
-        Path::new(sysroot.trim()).join("lib/rustlib/src/rust"),
+        sysroot()?.join("lib/rustlib/src/rust"),
         format!("/rustc/{commit}"),
     ));
     paths.push((target.to_owned(), "/target".to_owned()));
     Ok(paths)
 }
 
-/// The target the image's static binary is built for: named explicitly so that RUSTFLAGS reach
-/// the operator and its libraries but not build scripts and proc macros, which cargo then builds
-/// for the host without them (a proc macro cannot be static). Its output has a folder of its own.
-pub const STATIC_TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The target the image's static binary is built for: musl, whose resolver reads `/etc/hosts`
+/// and `/etc/resolv.conf` itself (no NSS modules to load), and whose libc, start files and
+/// unwinder come with the Rust toolchain's target rather than from this host's packages. Named
+/// explicitly, RUSTFLAGS reach the operator and its libraries but not build scripts and proc
+/// macros, which cargo then builds for the host without them. Its output has a folder of its own.
+pub const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
 
-/// The operator linked statically (glibc's `crt-static`), for the image: it loads no library,
-/// so the image holds nothing of this host's packages. Paths of this checkout, of cargo's
-/// registry and of the target folder are remapped, in Rust and in the C the libraries compile
-/// (aws-lc's `__FILE__`s), so that the binary does not depend on where they are.
+/// The C compiler the `cc` crate looks for to compile aws-lc's, ring's and jemalloc's C for
+/// [`STATIC_TARGET`]: Debian's musl-tools wraps gcc with musl's headers.
+pub const STATIC_C_COMPILER: &str = "x86_64-linux-musl-gcc";
+
+/// The operator linked statically against musl, for the image: it loads no library, and links
+/// none of this host's (libc, start files and unwinder come from the Rust toolchain's musl
+/// target). Paths of this checkout, of cargo's registry and of the target folder are remapped,
+/// in Rust and in the C the libraries compile (aws-lc's `__FILE__`s), so that the binary does
+/// not depend on where they are.
 pub fn operator_static(profile: &str, quiet: bool) -> Result<PathBuf> {
     operator_static_at(&paths::repo_root(), &target_dir(), profile, quiet)
 }
 
 /// [`operator_static`] of the checkout `root` into the target folder `target`.
 pub fn operator_static_at(root: &Path, target: &Path, profile: &str, quiet: bool) -> Result<PathBuf> {
+    check_static_toolchain()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut flags = vec!["-C target-feature=+crt-static".to_owned()];
+    // Both are musl's defaults with rustc's own linker driver; said here so that a linker
+    // setting elsewhere cannot swap in a host libc.
+    let mut flags = vec![
+        "-C target-feature=+crt-static".to_owned(),
+        "-C link-self-contained=yes".to_owned(),
+    ];
     let mut c_flags = Vec::new();
     for (path, to) in &build_paths(root, target)? {
         flags.push(format!("--remap-path-prefix={}={to}", path.display()));
@@ -91,6 +113,10 @@ pub fn operator_static_at(root: &Path, target: &Path, profile: &str, quiet: bool
         STATIC_TARGET,
     ])
     .env("RUSTFLAGS", flags.join(" "))
+    .env(
+        format!("CC_{}", STATIC_TARGET.replace('-', "_")),
+        STATIC_C_COMPILER,
+    )
     // The cc crate adds these to the C flags of this target only.
     .env(
         format!("CFLAGS_{}", STATIC_TARGET.replace('-', "_")),
@@ -107,4 +133,22 @@ pub fn operator_static_at(root: &Path, target: &Path, profile: &str, quiet: bool
     process::run(&mut cmd).with_context(|| format!("building the static sample-operator ({profile})"))?;
     let folder = if profile == "dev" { "debug" } else { profile };
     Ok(target.join(STATIC_TARGET).join(folder).join("sample-operator"))
+}
+
+/// The static build's two needs this machine may lack, each with what installs it, before cargo
+/// fails on them with less to go on.
+fn check_static_toolchain() -> Result<()> {
+    let std = sysroot()?.join("lib/rustlib").join(STATIC_TARGET);
+    anyhow::ensure!(
+        std.is_dir(),
+        "the image's binary is built for {STATIC_TARGET}, which this Rust toolchain lacks ({} is missing): \
+         run `rustup target add {STATIC_TARGET}`",
+        std.display()
+    );
+    anyhow::ensure!(
+        local_cluster::node::which(STATIC_C_COMPILER).is_some(),
+        "the image's binary is built for {STATIC_TARGET}, and its C parts (aws-lc, ring, jemalloc) \
+         need a musl C compiler, {STATIC_C_COMPILER}, which is not on PATH: install Debian's musl-tools"
+    );
+    Ok(())
 }

@@ -2,9 +2,10 @@
 //! layout in a tar file, byte for byte the same from the same inputs (so the same digest).
 //!
 //! The operator's rootfs holds nothing of the host's: a statically linked binary at
-//! `/sample-operator`, a non-root user 65532, `/tmp`, an `nsswitch.conf` that looks names up in
-//! `/etc/hosts` (a Pod's `hostAliases`) before DNS, and Mozilla's root certificates from the
-//! `webpki-root-certs` crate, pinned by Cargo.lock, rather than the host's CA bundle. The test
+//! `/sample-operator` (musl's, whose resolver reads `/etc/hosts`, where a Pod's `hostAliases`
+//! go, before the DNS servers of `/etc/resolv.conf`, with no configuration in the image), a
+//! non-root user 65532, `/tmp`, and Mozilla's root certificates from the `webpki-root-certs`
+//! crate, pinned by Cargo.lock, rather than the host's CA bundle. The test
 //! images (a busybox shell, and the pause image every Pod sandbox runs) come from Debian's
 //! busybox-static the same way.
 
@@ -309,12 +310,6 @@ pub fn operator_rootfs(binary: &Path) -> Result<Rootfs> {
     let mut fs = Rootfs::base();
     let contents = std::fs::read(binary).map_err(|e| Error::io(binary, e))?;
     fs.file("sample-operator", 0o755, contents)
-        // glibc's built-in `files` and `dns`: a name a Pod's hostAliases give is never sent out.
-        .file(
-            "etc/nsswitch.conf",
-            0o644,
-            b"hosts: files dns\npasswd: files\ngroup: files\n".to_vec(),
-        )
         // Neutron's and Keystone's TLS certificates are checked against these roots.
         .file("etc/ssl/certs/ca-certificates.crt", 0o644, root_certificates());
     Ok(fs)
@@ -541,7 +536,6 @@ mod tests {
             paths,
             [
                 "etc/group",
-                "etc/nsswitch.conf",
                 "etc/passwd",
                 "etc/ssl/certs/ca-certificates.crt",
                 "home/nonroot",
