@@ -4,9 +4,11 @@
 //! without controller-manager, scheduler or kwok, so that nothing but the apiserver and the
 //! contender uses the machine's cores (no Pods are made, so `availableReplicas` stays 0). The
 //! cluster has a run folder of its own, `.cluster-bench/`, and leaves the test cluster alone.
-//! Each run ([`run`]) works in a fresh namespace that is emptied and deleted afterwards. Runs
-//! alternate between contenders and repeat, because this machine is shared and noisy; the report
-//! ([`report`]) gives medians and spreads, the chart ([`chart`]) converged Foos over time.
+//! Each run ([`run`]) works in a fresh namespace that is emptied and deleted afterwards; a run
+//! of 50,000 Foos or more (`--fresh-cluster-from`) starts on a cluster started for it instead
+//! (deleting that many takes minutes). Runs alternate between contenders and repeat, because
+//! this machine is shared and noisy; the report ([`report`]) gives medians and spreads, the
+//! chart ([`chart`]) converged Foos over time.
 
 mod apiserver;
 mod chart;
@@ -21,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use local_cluster::{LocalCluster, UpOptions, paths, toolchain};
+use local_cluster::{LocalCluster, State, UpOptions, paths, toolchain};
 
 use contender::Contenders;
 use model::{Contender, Meta, Results, RunResult, RunSpec, Scenario, UNTUNED_MAX_N, runs_once};
@@ -52,8 +54,8 @@ pub struct BenchArgs {
         default_value_if("preset", "quick", "100")
     )]
     n: Vec<usize>,
-    /// Runs of each contender in each scenario and size (sizes from 50,000 up, and the steady
-    /// state, run once).
+    /// Runs of each contender in the backlog and burst at each size (the steady state, memory
+    /// and restart run once).
     #[arg(long, default_value_t = 3, default_value_if("preset", "quick", "1"))]
     repeats: usize,
     /// Contenders to run.
@@ -100,6 +102,10 @@ pub struct BenchArgs {
         default_value_if("preset", "quick", "16,64")
     )]
     ceiling_concurrencies: Vec<usize>,
+    /// Runs of this many Foos or more start on an etcd and kube-apiserver started for them,
+    /// instead of deleting the run before's objects (minutes at 100,000).
+    #[arg(long, default_value_t = model::LARGE_N, default_value_if("preset", "quick", "500"))]
+    fresh_cluster_from: usize,
     /// A run that has not converged after this long is recorded as timed out.
     #[arg(long, default_value = "30m", default_value_if("preset", "quick", "3m"), value_parser = parse_duration)]
     timeout: Duration,
@@ -159,14 +165,14 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     outcome
 }
 
-async fn run_plan(
+/// Starts the benchmark's cluster, etcd and kube-apiserver only, with the CRDs installed, and
+/// waits until the apiserver has finished starting (its CPU quiet), so that no run shares the
+/// cores with its start-up.
+async fn start_cluster(
     cluster: &LocalCluster,
     contenders: &Contenders,
-    args: &BenchArgs,
-    plan: &[(usize, RunSpec)],
-    previous: Option<Results>,
-    out: &Path,
-) -> Result<()> {
+    options: &RunOptions,
+) -> Result<(run::Env, State)> {
     println!(
         "== starting etcd and kube-apiserver only, in {}",
         cluster.dir().display()
@@ -181,20 +187,35 @@ async fn run_plan(
     println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
     let kubectl = toolchain::ensure()?.kubectl;
     apiserver::install_crds(&kubectl, &cluster.kubeconfig())?;
-    let client = cluster.client().await?;
-    run::delete_leftovers(&client).await?;
-
+    if let Some(apiserver) = state.components.iter().find(|c| c.name == "kube-apiserver") {
+        let second = Duration::from_secs(1);
+        proc_stats::wait_quiet(apiserver.pid, 2 * second, 2 * second, 60 * second).await?;
+    }
     let env = run::Env {
-        client,
+        client: cluster.client().await?,
         kubeconfig: cluster.kubeconfig(),
         logs: cluster.logs_dir().join("contenders"),
         contenders: contenders.clone(),
-        options: RunOptions {
-            timeout: args.timeout,
-            steady_window: args.steady_window,
-            concurrency: args.concurrency,
-        },
+        options: options.clone(),
     };
+    Ok((env, state))
+}
+
+async fn run_plan(
+    cluster: &LocalCluster,
+    contenders: &Contenders,
+    args: &BenchArgs,
+    plan: &[(usize, RunSpec)],
+    previous: Option<Results>,
+    out: &Path,
+) -> Result<()> {
+    let options = RunOptions {
+        timeout: args.timeout,
+        steady_window: args.steady_window,
+        concurrency: args.concurrency,
+    };
+    let (mut env, state) = start_cluster(cluster, contenders, &options).await?;
+    run::delete_leftovers(&env.client).await?;
     let meta = describe(args, &state.kubernetes_version).await;
     let mut results = match previous {
         Some(mut previous) => {
@@ -220,6 +241,10 @@ async fn run_plan(
             runs: Vec::new(),
         },
     };
+    // Whether the cluster has taken no run since it started, and whether the last run left its
+    // objects behind (a large one does: the next run starts on a fresh cluster).
+    let mut pristine = true;
+    let mut leftovers = false;
     for (done, (index, spec)) in plan.iter().enumerate() {
         println!("== run {}/{}: {spec}", done + 1, plan.len());
         // A capped run is the same at every planned N above the cap: it runs once.
@@ -230,7 +255,17 @@ async fn run_plan(
             .cloned();
         let result = match same {
             Some(same) => same.reused_for(spec),
-            None => run::run(&env, spec, *index).await?,
+            None => {
+                let fresh = spec.n >= args.fresh_cluster_from;
+                if (fresh || leftovers) && !pristine {
+                    println!("   on a fresh etcd and kube-apiserver");
+                    cluster.down().context("stopping the benchmark cluster")?;
+                    env = start_cluster(cluster, contenders, &options).await?.0;
+                }
+                pristine = false;
+                leftovers = fresh;
+                run::run(&env, spec, *index, !fresh).await?
+            }
         };
         println!("   {}", result.summary());
         results.runs.push(result);
@@ -253,6 +288,7 @@ async fn describe(args: &BenchArgs, kubernetes_version: &str) -> Meta {
         concurrency: args.concurrency,
         ceiling_concurrencies: args.ceiling_concurrencies.clone(),
         rate_limited_cap: args.rate_limited_cap,
+        fresh_cluster_from: args.fresh_cluster_from,
         steady_window_seconds: args.steady_window.as_secs(),
         other_cluster_running: LocalCluster::default().is_healthy().await,
         commits: vec![operator_commit()],
@@ -371,7 +407,7 @@ fn plan(args: &BenchArgs) -> Vec<RunSpec> {
                 .filter(|c| scenario.includes(*c))
                 .collect();
             for &n in &sizes {
-                if repeat > 0 && runs_once(scenario, n) {
+                if repeat > 0 && runs_once(scenario) {
                     continue;
                 }
                 for offset in 0..contenders.len() {
@@ -489,10 +525,19 @@ mod tests {
     }
 
     #[test]
-    fn the_full_plan_runs_large_sizes_and_the_steady_state_once_and_stops_untuned_peers_at_ten_thousand() {
+    fn the_full_plan_repeats_converge_rows_at_every_size_and_stops_untuned_peers_at_ten_thousand() {
         let plan = plan(&args(""));
         let at = |n: usize| plan.iter().filter(move |r| r.planned_n == n);
-        assert!(at(100_000).all(|r| r.repeat == 0));
+        // Every converge row three times, at 100,000 as below; memory and restart once.
+        for scenario in [Scenario::Backlog, Scenario::Burst] {
+            let ours = at(100_000).filter(|r| r.scenario == scenario && r.contender == Contender::Ours);
+            assert_eq!(ours.map(|r| r.repeat).collect::<Vec<_>>(), [0, 1, 2]);
+        }
+        assert!(
+            at(100_000)
+                .filter(|r| matches!(r.scenario, Scenario::Memory | Scenario::Restart))
+                .all(|r| r.repeat == 0)
+        );
         // Backlog and burst three times each, the steady state once.
         assert_eq!(
             at(10_000).filter(|r| r.contender == Contender::Ours).count(),

@@ -1,6 +1,7 @@
 //! `cargo xtask bench --preset quick` runs from start to end: every contender it is given and
 //! every scenario produce a result and a table, and the converging runs count their etcd
-//! writes and the Events they left. A smoke test: no timing is asserted, and it measures the debug build the test run
+//! writes and the Events they left; the large runs (here: 100 Foos) start on a cluster of
+//! their own. A smoke test: no timing is asserted, and it measures the debug build the test run
 //! already has, so that CI needs no release build.
 
 use std::path::Path;
@@ -33,6 +34,8 @@ fn the_quick_benchmark_runs_every_scenario() {
             "100",
             "--restart-foos",
             "100",
+            "--fresh-cluster-from",
+            "100",
             "--out",
         ])
         .arg(&out)
@@ -48,6 +51,13 @@ fn the_quick_benchmark_runs_every_scenario() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(!stdout.contains("no result"), "a run without a result:\n{stdout}");
+    // The memory and restart runs (100 Foos, four contenders each) each had a cluster of their
+    // own, and every run after a restarted cluster still found the CRDs and its contender.
+    assert_eq!(
+        stdout.matches("on a fresh etcd and kube-apiserver").count(),
+        8,
+        "{stdout}"
+    );
     let report = std::fs::read_to_string(out.join("RESULTS.md")).unwrap();
     for table in [
         "## Backlog, N = 50",

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 
 use super::apiserver::{by_verb, is_write};
 use super::chart;
-use super::model::{Contender, LARGE_N, Results, RunResult, RunSpec, Scenario, Spread, capitalised, mib};
+use super::model::{Contender, Results, RunResult, RunSpec, Scenario, Spread, capitalised, mib};
 
 /// Writes results.json with one run a line: compact, and still a readable diff between runs.
 pub fn save(out: &Path, results: &Results) -> Result<()> {
@@ -661,9 +661,9 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
         md,
         "## How these numbers were taken\n\n\
          - {date}, on {machine}. Kubernetes {k8s} (etcd and kube-apiserver only: no controller-manager, \
-         scheduler or kwok, so no Pods and `availableReplicas` stays 0), {go}. {repeats} run(s) per contender, \
-         scenario and size (one for the steady state and for sizes from {large} up, each of which takes many \
-         minutes), alternating between contenders.\n\
+         scheduler or kwok, so no Pods and `availableReplicas` stays 0), {go}. {repeats} run(s) per contender in \
+         the backlog and burst at each size, alternating between contenders (one for the steady state, memory \
+         and restart). Each run has a fresh namespace, deleted after it{fresh}.\n\
          - Our operator runs as `sample-operator run --kubeconfig PATH --controllers=foo` (release build, otherwise with \
          its defaults: the peers run a Foo controller only); sample-controller as \
          `sample-controller -kubeconfig PATH` with its defaults, controller-runtime-foo with controller-runtime's \
@@ -690,7 +690,12 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
         k8s = meta.kubernetes_version,
         go = meta.go_version,
         repeats = meta.repeats,
-        large = LARGE_N,
+        fresh = match meta.fresh_cluster_from {
+            0 => String::new(),
+            n => format!(
+                "; a run of {n} Foos or more starts on an etcd and kube-apiserver started for it instead"
+            ),
+        },
         conc = meta.concurrency,
         cap = meta.rate_limited_cap,
     );

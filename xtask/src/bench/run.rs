@@ -148,8 +148,9 @@ impl RunResult {
     }
 }
 
-/// Runs `spec` in a fresh namespace and deletes the namespace afterwards, whatever happened.
-pub async fn run(env: &Env, spec: &RunSpec, index: usize) -> Result<RunResult> {
+/// Runs `spec` in a fresh namespace and, when `clean_up`, deletes the namespace afterwards,
+/// whatever happened.
+pub async fn run(env: &Env, spec: &RunSpec, index: usize, clean_up: bool) -> Result<RunResult> {
     let namespace = format!("bench-{index}");
     apiserver::create_namespace(&env.client, &namespace).await?;
     let result = match spec.scenario {
@@ -161,7 +162,9 @@ pub async fn run(env: &Env, spec: &RunSpec, index: usize) -> Result<RunResult> {
     };
     // A failed run is reported and the benchmark goes on; a namespace that cannot be cleaned
     // up would spoil every later run, so that stops it.
-    apiserver::delete_namespace(&env.client, &namespace).await?;
+    if clean_up {
+        apiserver::delete_namespace(&env.client, &namespace).await?;
+    }
     Ok(result.unwrap_or_else(|e| {
         let mut failed = RunResult::new(spec);
         failed.note = Some(format!("{e:#}"));
