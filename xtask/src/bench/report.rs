@@ -312,8 +312,9 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
         md,
         "## {}, N = {n}\n\n{what} until every Foo has its Deployment and its status. Events: the \
          Events about Foos left in the apiserver (one per Foo synced, unless some were dropped; a \
-         series counts once); Last Event: when the last was written, after the last Foo \
-         converged.\n",
+         series counts once); Last Event: when the last of them first appeared, after the last \
+         Foo converged (an update of one already there, such as a resync's repeat, is a later \
+         sync, not a late Event).\n",
         capitalised(scenario)
     );
     md.push_str(
