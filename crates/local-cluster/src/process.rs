@@ -9,6 +9,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
@@ -101,6 +102,11 @@ impl Component {
 
     /// SIGTERM, then SIGKILL if it has not exited within `grace`.
     pub fn stop(&self, grace: Duration) {
+        self.signal_until_gone(grace);
+        reap(self.pid);
+    }
+
+    fn signal_until_gone(&self, grace: Duration) {
         if !self.is_running() {
             return;
         }
@@ -206,6 +212,19 @@ pub fn run(cmd: &mut Command) -> std::result::Result<(), CommandError> {
     }
 }
 
+/// Collects the exit status of a component this process started and that has exited, so that
+/// it does not stay a zombie while a long-lived command runs on (the benchmark starts hundreds of
+/// contenders, and clusters). Only a zombie is waited for: a process still running, or one that
+/// is not our child, is left alone.
+fn reap(pid: i32) {
+    let zombie = procfs::process::Process::new(pid)
+        .and_then(|process| process.stat())
+        .is_ok_and(|stat| stat.state == 'Z');
+    if zombie {
+        let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,6 +251,30 @@ mod tests {
             }
             .is_running()
         );
+    }
+
+    #[test]
+    fn a_stopped_component_leaves_no_zombie_behind() {
+        let logs = std::env::temp_dir().join(format!("component-test-{}", std::process::id()));
+        let sleep = which_sleep();
+        let component = Component::start("sleep", &sleep, &["30".into()], &logs).unwrap();
+        std::fs::remove_dir_all(&logs).unwrap();
+        assert!(component.is_running());
+        component.stop(Duration::from_secs(5));
+        // Reaped: the pid is gone from /proc, not left as a zombie until this process exits.
+        assert!(
+            procfs::process::Process::new(component.pid).is_err(),
+            "{} is still in /proc",
+            component.pid
+        );
+    }
+
+    fn which_sleep() -> PathBuf {
+        ["/usr/bin/sleep", "/bin/sleep"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|path| path.is_file())
+            .expect("coreutils' sleep")
     }
 
     #[test]
