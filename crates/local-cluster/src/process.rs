@@ -9,7 +9,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
@@ -102,14 +102,14 @@ impl Component {
 
     /// SIGTERM, then SIGKILL if it has not exited within `grace`.
     pub fn stop(&self, grace: Duration) {
+        if !self.is_running() {
+            return;
+        }
         self.signal_until_gone(grace);
         reap(self.pid);
     }
 
     fn signal_until_gone(&self, grace: Duration) {
-        if !self.is_running() {
-            return;
-        }
         let pid = Pid::from_raw(self.pid);
         let _ = kill(pid, Signal::SIGTERM);
         let deadline = Instant::now() + grace;
@@ -212,16 +212,17 @@ pub fn run(cmd: &mut Command) -> std::result::Result<(), CommandError> {
     }
 }
 
-/// Collects the exit status of a component this process started and that has exited, so that
+/// Collects the exit status of a component this process started and has just stopped, so that
 /// it does not stay a zombie while a long-lived command runs on (the benchmark starts hundreds of
-/// contenders, and clusters). Only a zombie is waited for: a process still running, or one that
-/// is not our child, is left alone.
+/// contenders, and clusters). A process that is not our child answers at once (ECHILD); ours is
+/// waited for briefly, since it may be between losing its executable and becoming a zombie.
 fn reap(pid: i32) {
-    let zombie = procfs::process::Process::new(pid)
-        .and_then(|process| process.stat())
-        .is_ok_and(|stat| stat.state == 'Z');
-    if zombie {
-        let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while let Ok(WaitStatus::StillAlive) = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+        if Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -256,7 +257,7 @@ mod tests {
     #[test]
     fn a_stopped_component_leaves_no_zombie_behind() {
         let logs = std::env::temp_dir().join(format!("component-test-{}", std::process::id()));
-        let sleep = which_sleep();
+        let sleep = crate::node::which("sleep").expect("coreutils' sleep");
         let component = Component::start("sleep", &sleep, &["30".into()], &logs).unwrap();
         std::fs::remove_dir_all(&logs).unwrap();
         assert!(component.is_running());
@@ -267,14 +268,6 @@ mod tests {
             "{} is still in /proc",
             component.pid
         );
-    }
-
-    fn which_sleep() -> PathBuf {
-        ["/usr/bin/sleep", "/bin/sleep"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|path| path.is_file())
-            .expect("coreutils' sleep")
     }
 
     #[test]
