@@ -331,6 +331,7 @@ fn check_resumable(args: &BenchArgs, meta: &Meta) -> Result<()> {
         args.rate_limited_cap,
         args.steady_window.as_secs(),
         &args.ceiling_concurrencies,
+        args.fresh_cluster_from,
     );
     let then = (
         meta.repeats,
@@ -338,16 +339,19 @@ fn check_resumable(args: &BenchArgs, meta: &Meta) -> Result<()> {
         meta.rate_limited_cap,
         meta.steady_window_seconds,
         &swept,
+        meta.fresh_cluster_from,
     );
+    // A sitting that started fresh clusters at another size would measure large runs differently.
     if now != then {
         bail!(
             "cannot resume: results.json was taken with --repeats {} --concurrency {} --rate-limited-cap {} \
-             --steady-window {}s --ceiling-concurrencies {}; give the same options",
+             --steady-window {}s --ceiling-concurrencies {} --fresh-cluster-from {}; give the same options",
             then.0,
             then.1,
             then.2,
             then.3,
-            swept.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+            swept.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+            then.5,
         );
     }
     Ok(())
@@ -472,6 +476,28 @@ mod tests {
 
     fn args(line: &str) -> BenchArgs {
         Cli::parse_from(std::iter::once("bench").chain(line.split_whitespace())).bench
+    }
+
+    #[test]
+    fn a_resumed_run_must_start_fresh_clusters_at_the_same_size() {
+        let taken = args("--preset quick");
+        let meta = Meta {
+            date: String::new(),
+            machine: String::new(),
+            kubernetes_version: String::new(),
+            go_version: String::new(),
+            repeats: taken.repeats,
+            concurrency: taken.concurrency,
+            ceiling_concurrencies: taken.ceiling_concurrencies.clone(),
+            rate_limited_cap: taken.rate_limited_cap,
+            fresh_cluster_from: taken.fresh_cluster_from,
+            steady_window_seconds: taken.steady_window.as_secs(),
+            other_cluster_running: false,
+            commits: vec![],
+        };
+        assert!(check_resumable(&args("--preset quick"), &meta).is_ok());
+        let error = check_resumable(&args("--preset quick --fresh-cluster-from 100"), &meta).unwrap_err();
+        assert!(error.to_string().contains("--fresh-cluster-from 500"), "{error}");
     }
 
     #[test]
