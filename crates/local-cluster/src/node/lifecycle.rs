@@ -211,7 +211,10 @@ impl RealNode {
 
         // kube-proxy puts its jumps at the top of FORWARD when it first syncs, in each family
         // it runs (IPv6 too, where the kernel has it); the guard goes above them after that, so
-        // that nothing it accepts can leave through the host.
+        // that nothing it accepts can leave through the host. The wait lasts until that sync
+        // has ended, marked by its rules restore (KUBE-MARK-MASQ's rule): the chains it makes
+        // before then, such as its copy of the kubelet's KUBE-FIREWALL, which its `--cleanup`
+        // leaves, are then all in the record of what `up` made, for `down` to remove.
         let families: Vec<&str> = if std::path::Path::new("/proc/net/if_inet6").exists() {
             FIREWALLS.to_vec()
         } else {
@@ -223,8 +226,10 @@ impl RealNode {
             &state.components,
             || async {
                 for cmd in &families {
-                    let rules = run(Command::new(cmd).args(["-S", "FORWARD"])).map_err(|e| e.to_string())?;
-                    if !rules.contains("KUBE-FORWARD") {
+                    let forward =
+                        run(Command::new(cmd).args(["-S", "FORWARD"])).map_err(|e| e.to_string())?;
+                    let nat = run(Command::new(cmd).args(["-t", "nat", "-S"])).map_err(|e| e.to_string())?;
+                    if !forward.contains("KUBE-FORWARD") || !nat.contains("-A KUBE-MARK-MASQ ") {
                         return Ok(None);
                     }
                 }
