@@ -370,14 +370,15 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
 }
 
 /// A contender faster than the ceiling beyond both spreads (its slowest run faster than the
-/// ceiling's fastest) means the ceiling is no bound: said under the table.
+/// ceiling's fastest) means the ceiling is no bound: said under the table. A capped contender
+/// is compared per Foo, as its ratios are.
 fn faster_than_the_ceiling(md: &mut String, groups: &[Group<'_>], ceiling: Option<&Group<'_>>) {
-    let Some(bound) = ceiling.and_then(Group::seconds) else {
+    let Some((ceiling, bound)) = ceiling.and_then(|c| Some((c, c.seconds()?))) else {
         return;
     };
     for group in groups.iter().filter(|g| g.contender != Contender::Ceiling) {
         if let Some(seconds) = group.seconds()
-            && seconds.max < bound.min
+            && seconds.max / (group.n as f64) < bound.min / (ceiling.n as f64)
         {
             let _ = writeln!(
                 md,
@@ -909,6 +910,31 @@ mod tests {
         // 150 s for 300 Foos is 0.5 s a Foo, against 0.01 s a Foo for ours.
         assert_eq!(ratio(sample, Some(ours), Group::seconds), "50.00†");
         assert_eq!(ours.requests(), "PATCH 1000 · POST 1000");
+    }
+
+    #[test]
+    fn a_capped_contender_is_flagged_only_when_faster_per_foo() {
+        let capped = |seconds| RunResult {
+            planned_n: 100_000,
+            ..run(Contender::SampleController, 1000, seconds, 1.0)
+        };
+        let ceiling = RunResult {
+            planned_n: 100_000,
+            concurrency: Some(128),
+            ..run(Contender::Ceiling, 100_000, 241.0, 1.0)
+        };
+        let flagged = |seconds| {
+            let results = Results {
+                meta: Meta::default(),
+                runs: vec![capped(seconds), ceiling.clone()],
+            };
+            markdown(&results, &[]).contains("**sample-controller (Go) converged faster than the ceiling**")
+        };
+        assert!(
+            !flagged(198.0),
+            "1,000 Foos in 198 s is slower per Foo than 100,000 in 241 s"
+        );
+        assert!(flagged(2.0));
     }
 
     #[test]
