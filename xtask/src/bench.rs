@@ -189,7 +189,11 @@ async fn start_cluster(
     apiserver::install_crds(&kubectl, &cluster.kubeconfig())?;
     if let Some(apiserver) = state.components.iter().find(|c| c.name == "kube-apiserver") {
         let second = Duration::from_secs(1);
-        proc_stats::wait_quiet(apiserver.pid, 2 * second, 2 * second, 60 * second).await?;
+        let (waited, quiet) =
+            proc_stats::wait_quiet(apiserver.pid, 2 * second, 2 * second, 60 * second).await?;
+        if !quiet {
+            println!("   kube-apiserver still busy after {waited:.0?}; the first run may share its start-up");
+        }
     }
     let env = run::Env {
         client: cluster.client().await?,

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 
 use super::apiserver::{by_verb, is_write};
 use super::chart;
-use super::model::{Contender, Results, RunResult, RunSpec, Scenario, Spread, capitalised, mib};
+use super::model::{Contender, Meta, Results, RunResult, RunSpec, Scenario, Spread, capitalised, mib};
 
 /// Writes results.json with one run a line: compact, and still a readable diff between runs.
 pub fn save(out: &Path, results: &Results) -> Result<()> {
@@ -657,6 +657,22 @@ fn best_peer<'a, 'b>(
         .map(|(g, _)| g)
 }
 
+/// How the ceiling was run: at one concurrency, or swept with its fastest taken per row.
+fn ceiling_note(meta: &Meta) -> String {
+    match meta.ceiling_concurrencies.as_slice() {
+        [] => format!("the ceiling writes {} Foos at a time", meta.concurrency),
+        [one] => format!("the ceiling writes {one} Foos at a time"),
+        several => {
+            let list: Vec<String> = several.iter().map(usize::to_string).collect();
+            format!(
+                "the ceiling runs at each of {} Foos at a time, as often as the others, and each row \
+                 takes its fastest concurrency (by median)",
+                list.join(", ")
+            )
+        }
+    }
+}
+
 fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
     let meta = &results.meta;
     let _ = writeln!(
@@ -672,8 +688,8 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
          defaults (one reconcile at a time, no client-side rate limit). Tuned, as their users run them: \
          sample-controller with {conc} workers and no client-side rate limit (`-workers={conc} -qps=-1`, flags \
          patched into its main.go at build time), controller-runtime-foo with `MaxConcurrentReconciles` {conc}, \
-         managedFields stripped from its cache and only its own Deployments cached (a label selector); the \
-         ceiling writes {conc} Foos at a time.\n\
+         managedFields stripped from its cache and only its own Deployments cached (a label selector); \
+         {ceiling}.\n\
          - **Cap:** sample-controller (untuned) keeps client-go's default client-side rate limit (5 requests/s, burst 10, \
          for each of its two clients), which holds it to about 5 Foos a second (one status update each), so its \
          timed runs use at most {cap} Foos. Ratios marked † compare per Foo (time or CPU divided by N) for that \
@@ -699,6 +715,7 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
             ),
         },
         conc = meta.concurrency,
+        ceiling = ceiling_note(meta),
         cap = meta.rate_limited_cap,
     );
     if meta.other_cluster_running {
@@ -1011,6 +1028,26 @@ mod tests {
         ] {
             assert!(md.contains(row), "{row}\n{md}");
         }
+    }
+
+    #[test]
+    fn the_notes_say_how_the_ceiling_ran() {
+        let swept = Meta {
+            concurrency: 16,
+            ceiling_concurrencies: vec![8, 16, 128],
+            ..Default::default()
+        };
+        assert_eq!(
+            ceiling_note(&swept),
+            "the ceiling runs at each of 8, 16, 128 Foos at a time, as often as the others, and each row \
+             takes its fastest concurrency (by median)"
+        );
+        // Results from before the sweep ran it at the tuned peers' concurrency.
+        let single = Meta {
+            concurrency: 16,
+            ..Default::default()
+        };
+        assert_eq!(ceiling_note(&single), "the ceiling writes 16 Foos at a time");
     }
 
     #[test]
