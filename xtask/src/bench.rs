@@ -26,7 +26,7 @@ use anyhow::{Context, Result, bail};
 use local_cluster::{LocalCluster, State, UpOptions, paths, toolchain};
 
 use contender::Contenders;
-use model::{Contender, Meta, Results, RunResult, RunSpec, Scenario, UNTUNED_MAX_N, runs_once};
+use model::{Contender, FreshStart, Meta, Results, RunResult, RunSpec, Scenario, UNTUNED_MAX_N, runs_once};
 use run::RunOptions;
 
 /// What `--preset` sets; an option given on the command line wins over it.
@@ -165,14 +165,17 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     outcome
 }
 
+/// How long a fresh apiserver's CPU use is sampled, after the wait for it to go quiet.
+const CPU_SAMPLE: Duration = Duration::from_secs(5);
+
 /// Starts the benchmark's cluster, etcd and kube-apiserver only, with the CRDs installed, and
 /// waits until the apiserver has finished starting (its CPU quiet), so that no run shares the
-/// cores with its start-up.
+/// cores with its start-up. Returns how that wait ended, for the next run's record.
 async fn start_cluster(
     cluster: &LocalCluster,
     contenders: &Contenders,
     options: &RunOptions,
-) -> Result<(run::Env, State)> {
+) -> Result<(run::Env, State, Option<FreshStart>)> {
     println!(
         "== starting etcd and kube-apiserver only, in {}",
         cluster.dir().display()
@@ -187,13 +190,27 @@ async fn start_cluster(
     println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
     let kubectl = toolchain::ensure()?.kubectl;
     apiserver::install_crds(&kubectl, &cluster.kubeconfig())?;
+    let mut fresh_start = None;
     if let Some(apiserver) = state.components.iter().find(|c| c.name == "kube-apiserver") {
         let second = Duration::from_secs(1);
         let (waited, quiet) =
             proc_stats::wait_quiet(apiserver.pid, 2 * second, 2 * second, 60 * second).await?;
+        // How busy it still is: an idle apiserver here has been seen to stay at 15-20% of a core
+        // for minutes, or to drop below the 2% the wait takes for quiet.
+        let before = proc_stats::read(apiserver.pid)?.cpu_seconds;
+        tokio::time::sleep(CPU_SAMPLE).await;
+        let cpu_share = (proc_stats::read(apiserver.pid)?.cpu_seconds - before) / CPU_SAMPLE.as_secs_f64();
         if !quiet {
-            println!("   kube-apiserver still busy after {waited:.0?}; the first run may share its start-up");
+            println!(
+                "   kube-apiserver still busy after {waited:.0?} ({:.0}% of a core); the first run may share its start-up",
+                cpu_share * 100.0
+            );
         }
+        fresh_start = Some(FreshStart {
+            waited_seconds: waited.as_secs_f64(),
+            quiet,
+            cpu_share,
+        });
     }
     let env = run::Env {
         client: cluster.client().await?,
@@ -202,7 +219,7 @@ async fn start_cluster(
         contenders: contenders.clone(),
         options: options.clone(),
     };
-    Ok((env, state))
+    Ok((env, state, fresh_start))
 }
 
 async fn run_plan(
@@ -218,7 +235,7 @@ async fn run_plan(
         steady_window: args.steady_window,
         concurrency: args.concurrency,
     };
-    let (mut env, state) = start_cluster(cluster, contenders, &options).await?;
+    let (mut env, state, mut fresh_start) = start_cluster(cluster, contenders, &options).await?;
     run::delete_leftovers(&env.client).await?;
     let meta = describe(args, &state.kubernetes_version).await;
     let mut results = match previous {
@@ -264,11 +281,14 @@ async fn run_plan(
                 if (fresh || leftovers) && !pristine {
                     println!("   on a fresh etcd and kube-apiserver");
                     cluster.down().context("stopping the benchmark cluster")?;
-                    env = start_cluster(cluster, contenders, &options).await?.0;
+                    (env, _, fresh_start) = start_cluster(cluster, contenders, &options).await?;
                 }
                 pristine = false;
                 leftovers = fresh;
-                run::run(&env, spec, *index, !fresh).await?
+                let mut result = run::run(&env, spec, *index, !fresh).await?;
+                // Only the first run on a cluster began on a fresh apiserver.
+                result.fresh_start = fresh_start.take();
+                result
             }
         };
         println!("   {}", result.summary());

@@ -1,8 +1,9 @@
 //! `cargo xtask bench --preset quick` runs from start to end: every contender it is given and
 //! every scenario produce a result and a table, and the converging runs count their etcd
 //! writes and the Events they left; the large runs (here: 100 Foos) start on a cluster of
-//! their own. A smoke test: no timing is asserted, and it measures the debug build the test run
-//! already has, so that CI needs no release build.
+//! their own, and say how the wait for that apiserver to go quiet ended. A smoke test: no
+//! timing is asserted, and it measures the debug build the test run already has, so that CI
+//! needs no release build.
 
 use std::path::Path;
 use std::process::Command;
@@ -74,9 +75,26 @@ fn the_quick_benchmark_runs_every_scenario() {
         );
     }
     assert!(out.join("converged.png").is_file());
-    // Every contender writes Deployments: each backlog and burst run counted its etcd writes.
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    // The first run and each run after a restart began on a fresh apiserver, and say how the wait
+    // for it to go quiet ended; the others ran on a cluster that had run before.
+    let fresh: Vec<&serde_json::Value> = results["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|run| run.get("fresh_start"))
+        .collect();
+    assert_eq!(fresh.len(), 9, "{results}");
+    for start in fresh {
+        assert!(start["waited_seconds"].as_f64().unwrap() >= 2.0, "{start}");
+        assert!(start["quiet"].is_boolean(), "{start}");
+        assert!(
+            start["cpu_share"].as_f64().is_some_and(|share| share >= 0.0),
+            "{start}"
+        );
+    }
+    // Every contender writes Deployments: each backlog and burst run counted its etcd writes.
     for run in results["runs"].as_array().unwrap() {
         if matches!(run["scenario"].as_str(), Some("backlog" | "burst")) {
             let creates = run["etcd_writes"]["create deployments"].as_u64().unwrap_or(0);

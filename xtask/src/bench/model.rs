@@ -252,6 +252,10 @@ pub struct RunResult {
     pub last_event_seconds: Option<f64>,
     /// Converged Foos over time (seconds, count), for the chart.
     pub timeline: Vec<(f64, usize)>,
+    /// Runs that began on a freshly started apiserver: how the wait for it to go quiet ended.
+    /// `None` for runs on a cluster that had run before, and in results from before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_start: Option<FreshStart>,
     /// Why the run has no result, or what to know about it.
     pub note: Option<String>,
     /// Restart: how long the apiserver took to list the same Foos and Deployments.
@@ -349,6 +353,16 @@ pub fn fastest_ceiling(runs: &[RunResult], scenario: Scenario, planned_n: usize)
 
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// How long the benchmark waited for a freshly started apiserver's CPU to go quiet, and whether
+/// it did: a run that began on a busy one shared the cores with the apiserver's start-up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FreshStart {
+    pub waited_seconds: f64,
+    pub quiet: bool,
+    /// The share of one core the apiserver used in the seconds after the wait.
+    pub cpu_share: f64,
 }
 
 /// What the report says about where and how the numbers were taken.

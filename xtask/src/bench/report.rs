@@ -779,19 +779,31 @@ fn missing_runs(results: &Results, plan: &[RunSpec]) -> Option<String> {
     (!lines.is_empty()).then(|| format!("{done} of {total} planned runs so far.\n\n{}", lines.concat()))
 }
 
-/// The first line of each run's note, once for the repeats that share it.
+/// The first line of each run's note, and whether it began on a busy apiserver, once for the
+/// repeats that share it.
 fn remarks(runs: &[RunResult]) -> Option<String> {
     let mut repeats: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for run in runs {
-        let Some(note) = &run.note else { continue };
-        let what = format!(
-            "{} {}, N = {}: {}",
-            run.contender.map(Contender::label).unwrap_or_default(),
-            run.scenario.map(|s| s.to_string()).unwrap_or_default(),
-            run.planned_n,
-            note.lines().next().unwrap_or_default()
-        );
-        repeats.entry(what).or_default().push(run.repeat + 1);
+        let busy = run.fresh_start.filter(|start| !start.quiet).map(|start| {
+            format!(
+                "began on a fresh kube-apiserver still busy after a {:.0} s wait ({:.0}% of a core)",
+                start.waited_seconds,
+                start.cpu_share * 100.0
+            )
+        });
+        let note = run
+            .note
+            .as_ref()
+            .map(|note| note.lines().next().unwrap_or_default().to_owned());
+        for remark in [note, busy].into_iter().flatten() {
+            let what = format!(
+                "{} {}, N = {}: {remark}",
+                run.contender.map(Contender::label).unwrap_or_default(),
+                run.scenario.map(|s| s.to_string()).unwrap_or_default(),
+                run.planned_n,
+            );
+            repeats.entry(what).or_default().push(run.repeat + 1);
+        }
     }
     let lines: Vec<String> = repeats
         .iter()
@@ -814,6 +826,7 @@ fn human_duration(seconds: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::model::FreshStart;
     use crate::bench::model::Meta;
 
     fn run(contender: Contender, n: usize, seconds: f64, cpu: f64) -> RunResult {
@@ -865,6 +878,26 @@ mod tests {
             text,
             "- sample-operator (ours) backlog, N = 1000: timed out with 5 of 10 converged (repeat 1, 3)\n"
         );
+    }
+
+    #[test]
+    fn a_run_that_began_on_a_busy_apiserver_is_remarked() {
+        let started = |repeat, quiet| RunResult {
+            repeat,
+            fresh_start: Some(FreshStart {
+                waited_seconds: 60.4,
+                quiet,
+                cpu_share: 0.171,
+            }),
+            ..run(Contender::Ours, 10, 1.0, 0.1)
+        };
+        let text = remarks(&[started(0, false), started(1, true), started(2, false)]).unwrap();
+        assert_eq!(
+            text,
+            "- sample-operator (ours) backlog, N = 1000: began on a fresh kube-apiserver still busy \
+             after a 60 s wait (17% of a core) (repeat 1, 3)\n"
+        );
+        assert_eq!(remarks(&[started(1, true)]), None);
     }
 
     #[test]
