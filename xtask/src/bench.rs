@@ -195,7 +195,7 @@ async fn start_cluster(
         let second = Duration::from_secs(1);
         let (waited, quiet) =
             proc_stats::wait_quiet(apiserver.pid, 2 * second, 2 * second, 60 * second).await?;
-        // How busy it still is: an idle apiserver here has been seen to stay at 15-20% of a core
+        // How busy it still is: an idle apiserver here has been seen to stay at 14-24% of a core
         // for minutes, or to drop below the 2% the wait takes for quiet.
         let before = proc_stats::read(apiserver.pid)?.cpu_seconds;
         tokio::time::sleep(CPU_SAMPLE).await;
