@@ -169,8 +169,8 @@ pub async fn run(args: BenchArgs) -> Result<()> {
 const CPU_SAMPLE: Duration = Duration::from_secs(5);
 
 /// Starts the benchmark's cluster, etcd and kube-apiserver only, with the CRDs installed, and
-/// waits until the apiserver has finished starting (its CPU quiet), so that no run shares the
-/// cores with its start-up. Returns how that wait ended, for the next run's record.
+/// waits up to a minute for the apiserver's CPU to go quiet, so that no run shares the cores with
+/// its start-up. Returns how that wait ended, for the next run's record.
 async fn start_cluster(
     cluster: &LocalCluster,
     contenders: &Contenders,

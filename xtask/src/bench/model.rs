@@ -358,7 +358,7 @@ pub fn mib(bytes: u64) -> f64 {
 /// How long the benchmark waited for a freshly started apiserver's CPU to go quiet, and whether
 /// it did: a run that began on a busy one shared the cores with whatever the apiserver was still
 /// doing (its start-up, or an idle floor above the wait's threshold, as seen on this machine).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct FreshStart {
     pub waited_seconds: f64,
     pub quiet: bool,
