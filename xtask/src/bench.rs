@@ -13,6 +13,7 @@
 mod apiserver;
 mod chart;
 mod contender;
+mod machine;
 mod model;
 mod proc_stats;
 mod report;
@@ -285,9 +286,11 @@ async fn run_plan(
                 }
                 pristine = false;
                 leftovers = fresh;
+                let machine_seconds = tokio::task::spawn_blocking(machine::reference_seconds).await?;
                 let mut result = run::run(&env, spec, *index, !fresh).await?;
                 // Only the first run on a cluster began on a fresh apiserver.
                 result.fresh_start = fresh_start.take();
+                result.machine_seconds = Some(machine_seconds);
                 result
             }
         };

@@ -96,6 +96,11 @@ fn the_quick_benchmark_runs_every_scenario() {
     }
     // Every contender writes Deployments: each backlog and burst run counted its etcd writes.
     for run in results["runs"].as_array().unwrap() {
+        // Each run timed the machine's reference workload before it began.
+        assert!(
+            run["machine_seconds"].as_f64().is_some_and(|s| s > 0.0),
+            "the machine's reference before a run: {run}"
+        );
         if matches!(run["scenario"].as_str(), Some("backlog" | "burst")) {
             let creates = run["etcd_writes"]["create deployments"].as_u64().unwrap_or(0);
             assert!(creates >= 50, "etcd writes of a run: {run}");

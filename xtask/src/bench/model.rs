@@ -256,6 +256,10 @@ pub struct RunResult {
     /// `None` for runs on a cluster that had run before, and in results from before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fresh_start: Option<FreshStart>,
+    /// Seconds the machine took for a fixed workload just before the run (see
+    /// [`machine`](crate::bench::machine)); `None` in results from before it was timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_seconds: Option<f64>,
     /// Why the run has no result, or what to know about it.
     pub note: Option<String>,
     /// Restart: how long the apiserver took to list the same Foos and Deployments.

@@ -779,11 +779,27 @@ fn missing_runs(results: &Results, plan: &[RunSpec]) -> Option<String> {
     (!lines.is_empty()).then(|| format!("{done} of {total} planned runs so far.\n\n{}", lines.concat()))
 }
 
-/// The first line of each run's note, and whether it began on a busy apiserver, once for the
-/// repeats that share it.
+/// A run whose machine reference took this much longer than the fastest one is remarked.
+const SLOW_MACHINE: f64 = 1.15;
+
+/// The first line of each run's note, whether it began on a busy apiserver, and whether the
+/// machine ran slow, once for the repeats that share it.
 fn remarks(runs: &[RunResult]) -> Option<String> {
     let mut repeats: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let fastest = runs
+        .iter()
+        .filter_map(|run| run.machine_seconds)
+        .min_by(f64::total_cmp);
     for run in runs {
+        let slow = run.machine_seconds.zip(fastest).and_then(|(seconds, fastest)| {
+            (seconds > fastest * SLOW_MACHINE).then(|| {
+                format!(
+                    "began with the machine {:.0}% slower than at its fastest in these results \
+                     (its reference workload took {seconds:.2} s, at best {fastest:.2} s)",
+                    (seconds / fastest - 1.0) * 100.0
+                )
+            })
+        });
         let busy = run.fresh_start.filter(|start| !start.quiet).map(|start| {
             format!(
                 "began on a fresh kube-apiserver still busy after a {:.0} s wait ({:.0}% of a core)",
@@ -795,7 +811,7 @@ fn remarks(runs: &[RunResult]) -> Option<String> {
             .note
             .as_ref()
             .map(|note| note.lines().next().unwrap_or_default().to_owned());
-        for remark in [note, busy].into_iter().flatten() {
+        for remark in [note, busy, slow].into_iter().flatten() {
             let what = format!(
                 "{} {}, N = {}: {remark}",
                 run.contender.map(Contender::label).unwrap_or_default(),
@@ -898,6 +914,25 @@ mod tests {
              after a 60 s wait (17% of a core) (repeat 1, 3)\n"
         );
         assert_eq!(remarks(&[started(1, true)]), None);
+    }
+
+    #[test]
+    fn a_run_on_a_slow_machine_is_remarked() {
+        let timed = |repeat, seconds| RunResult {
+            repeat,
+            machine_seconds: Some(seconds),
+            ..run(Contender::Ours, 10, 1.0, 0.1)
+        };
+        let text = remarks(&[timed(0, 0.5), timed(1, 0.57), timed(2, 0.8)]).unwrap();
+        assert_eq!(
+            text,
+            "- sample-operator (ours) backlog, N = 1000: began with the machine 60% slower than at \
+             its fastest in these results (its reference workload took 0.80 s, at best 0.50 s) \
+             (repeat 3)\n"
+        );
+        // Runs from before the reference was timed are not compared.
+        let untimed = run(Contender::Ours, 10, 1.0, 0.1);
+        assert_eq!(remarks(&[timed(0, 0.5), untimed]), None);
     }
 
     #[test]
