@@ -843,7 +843,7 @@ async fn a_thousand_networks_converge_page_through_resyncs_and_a_restart_over_th
         };
         let errors = total(&[("result", "error")]);
         Progress {
-            done: total(&[("controller", "network")]) - errors,
+            done: total(&[("controller", "network")]).saturating_sub(errors),
             total: N,
             rest: format!("{errors} reconciles ended in an error"),
         }
