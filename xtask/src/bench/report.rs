@@ -812,8 +812,13 @@ fn remarks(runs: &[RunResult]) -> Option<String> {
             .as_ref()
             .map(|note| note.lines().next().unwrap_or_default().to_owned());
         for remark in [note, busy, slow].into_iter().flatten() {
+            // The ceiling's runs at each concurrency are runs of their own.
+            let at_once = match (run.contender, run.concurrency) {
+                (Some(Contender::Ceiling), Some(concurrency)) => format!(" at {concurrency} at once"),
+                _ => String::new(),
+            };
             let what = format!(
-                "{} {}, N = {}: {remark}",
+                "{}{at_once} {}, N = {}: {remark}",
                 run.contender.map(Contender::label).unwrap_or_default(),
                 run.scenario.map(|s| s.to_string()).unwrap_or_default(),
                 run.planned_n,
@@ -929,6 +934,24 @@ mod tests {
             "- sample-operator (ours) backlog, N = 1000: began with the machine 60% slower than at \
              its fastest in these results (its reference workload took 0.80 s, at best 0.50 s) \
              (repeat 3)\n"
+        );
+        // The ceiling's concurrencies are told apart.
+        let ceiling = |concurrency| RunResult {
+            concurrency: Some(concurrency),
+            ..timed(1, 0.6)
+        };
+        let ceilings = [ceiling(8), ceiling(16)].map(|run| RunResult {
+            contender: Some(Contender::Ceiling),
+            ..run
+        });
+        let text = remarks(&[timed(0, 0.5), ceilings[0].clone(), ceilings[1].clone()]).unwrap();
+        assert!(
+            text.contains("ceiling (plain client) at 8 at once backlog"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ceiling (plain client) at 16 at once backlog"),
+            "{text}"
         );
         // Runs from before the reference was timed are not compared.
         let untimed = run(Contender::Ours, 10, 1.0, 0.1);
