@@ -69,10 +69,4 @@ mod tests {
             "its steps spread over the table: {touched}"
         );
     }
-
-    #[test]
-    fn the_reference_is_a_timing() {
-        let seconds = reference_seconds();
-        assert!(seconds > 0.0 && seconds.is_finite(), "{seconds}");
-    }
 }

@@ -56,12 +56,17 @@ struct Group<'a> {
     runs: Vec<&'a RunResult>,
 }
 
+/// A contender's name in the report, with the ceiling's concurrency (`None` for the controllers).
+fn label(contender: Contender, concurrency: Option<usize>) -> String {
+    match concurrency {
+        Some(c) => format!("{}, {c} at once", contender.label()),
+        None => contender.label().to_owned(),
+    }
+}
+
 impl Group<'_> {
     fn label(&self) -> String {
-        match self.concurrency {
-            Some(c) => format!("{}, {c} at once", self.contender.label()),
-            None => self.contender.label().to_owned(),
-        }
+        label(self.contender, self.concurrency)
     }
 
     fn spread(&self, value: impl Fn(&RunResult) -> f64) -> Option<Spread> {
@@ -811,15 +816,16 @@ fn remarks(runs: &[RunResult]) -> Option<String> {
             .note
             .as_ref()
             .map(|note| note.lines().next().unwrap_or_default().to_owned());
+        // The ceiling's runs at each concurrency are runs of their own.
+        let who = run.contender.map_or_else(String::new, |contender| {
+            label(
+                contender,
+                run.concurrency.filter(|_| contender == Contender::Ceiling),
+            )
+        });
         for remark in [note, busy, slow].into_iter().flatten() {
-            // The ceiling's runs at each concurrency are runs of their own.
-            let at_once = match (run.contender, run.concurrency) {
-                (Some(Contender::Ceiling), Some(concurrency)) => format!(" at {concurrency} at once"),
-                _ => String::new(),
-            };
             let what = format!(
-                "{}{at_once} {}, N = {}: {remark}",
-                run.contender.map(Contender::label).unwrap_or_default(),
+                "{who} {}, N = {}: {remark}",
                 run.scenario.map(|s| s.to_string()).unwrap_or_default(),
                 run.planned_n,
             );
@@ -937,20 +943,17 @@ mod tests {
         );
         // The ceiling's concurrencies are told apart.
         let ceiling = |concurrency| RunResult {
+            contender: Some(Contender::Ceiling),
             concurrency: Some(concurrency),
             ..timed(1, 0.6)
         };
-        let ceilings = [ceiling(8), ceiling(16)].map(|run| RunResult {
-            contender: Some(Contender::Ceiling),
-            ..run
-        });
-        let text = remarks(&[timed(0, 0.5), ceilings[0].clone(), ceilings[1].clone()]).unwrap();
+        let text = remarks(&[timed(0, 0.5), ceiling(8), ceiling(16)]).unwrap();
         assert!(
-            text.contains("ceiling (plain client) at 8 at once backlog"),
+            text.contains("ceiling (plain client), 8 at once backlog"),
             "{text}"
         );
         assert!(
-            text.contains("ceiling (plain client) at 16 at once backlog"),
+            text.contains("ceiling (plain client), 16 at once backlog"),
             "{text}"
         );
         // Runs from before the reference was timed are not compared.

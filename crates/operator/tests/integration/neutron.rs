@@ -838,12 +838,12 @@ async fn a_thousand_networks_converge_page_through_resyncs_and_a_restart_over_th
     let operator = NeutronOperator::start_with(&ns.name, neutron).await;
     while_progressing("the restarted operator reconciled every Network", || async {
         let metrics = operator.telemetry.metrics.render();
-        let total = |labels: &[(&str, &str)]| {
+        let reconciles = |labels: &[(&str, &str)]| {
             metric_sum(&metrics, "controller_runtime_reconcile_total", labels) as usize
         };
-        let errors = total(&[("result", "error")]);
+        let errors = reconciles(&[("result", "error")]);
         Progress {
-            done: total(&[("controller", "network")]).saturating_sub(errors),
+            done: reconciles(&[("controller", "network")]).saturating_sub(errors),
             total: N,
             rest: format!("{errors} reconciles ended in an error"),
         }
