@@ -535,7 +535,7 @@ fn restart_table(md: &mut String, groups: &[Group<'_>], n: usize) {
 
 /// The issue's aims, checked against the medians.
 fn targets(md: &mut String, runs: &[RunResult]) {
-    md.push_str("## Against the aims (issues 7 and 16)\n\n");
+    md.push_str("## Against the aims (issues 7, 16 and 34)\n\n");
     let mut lines = Vec::new();
     for scenario in [Scenario::Backlog, Scenario::Burst] {
         for n in sizes(runs, scenario) {
@@ -546,17 +546,37 @@ fn targets(md: &mut String, runs: &[RunResult]) {
             if let Some(ceiling) = fastest_ceiling(&groups) {
                 let r = ratio(ours, Some(ceiling), Group::seconds);
                 lines.push(aim(
-                    &format!("{scenario}, N = {n}: converges within 1.2× the ceiling"),
+                    &format!("{scenario}, N = {n}: converges within 1.05× the ceiling"),
                     &r,
-                    1.2,
+                    1.05,
                 ));
             }
             if let Some(best) = best_peer(&groups, Contender::is_tuned_peer, Group::seconds) {
                 let r = ratio(ours, Some(best), Group::seconds);
+                // Ahead, as shown: a ratio that rounds to 1.00 is a tie.
                 lines.push(aim(
-                    &format!("{scenario}, N = {n}: converges 1.5× faster than the best tuned peer"),
+                    &format!("{scenario}, N = {n}: converges ahead of the best tuned peer"),
                     &r,
-                    1.0 / 1.5,
+                    0.99,
+                ));
+            }
+            if let Some(fewest) = ours.runs.iter().filter_map(|r| r.events).min() {
+                let met = if fewest >= ours.n as u64 { "met" } else { "not met" };
+                lines.push(format!(
+                    "- {scenario}, N = {n}: every Event written: **{met}** ({fewest} of {} in its \
+                     fewest run)",
+                    ours.n
+                ));
+            }
+            let after = ours
+                .runs
+                .iter()
+                .filter_map(|r| Some(r.last_event_seconds? - r.seconds?));
+            if let Some(after) = Spread::of(after) {
+                lines.push(aim(
+                    &format!("{scenario}, N = {n}: the last Event within 30 s of converging"),
+                    &format!("{:.1} s", after.median),
+                    30.0,
                 ));
             }
             if let Some(best) = best_peer(&groups, Contender::is_go_peer, Group::cpu) {
@@ -641,7 +661,7 @@ fn targets(md: &mut String, runs: &[RunResult]) {
 }
 
 fn aim(what: &str, ratio: &str, limit: f64) -> String {
-    match ratio.trim_end_matches('†').parse::<f64>() {
+    match ratio.trim_end_matches('†').trim_end_matches(" s").parse::<f64>() {
         Ok(value) if value <= limit => format!("- {what}: **met** ({ratio})"),
         Ok(_) => format!("- {what}: **not met** ({ratio})"),
         Err(_) => format!("- {what}: not measured"),
@@ -784,24 +804,23 @@ fn missing_runs(results: &Results, plan: &[RunSpec]) -> Option<String> {
     (!lines.is_empty()).then(|| format!("{done} of {total} planned runs so far.\n\n{}", lines.concat()))
 }
 
-/// A run whose machine reference took this much longer than the fastest one is remarked.
+/// A run whose machine reference took this much longer than the median one is remarked. The
+/// median, not the fastest: within one quiet sitting the reference moves by about this much, so a
+/// threshold above the fastest marks whole sittings rather than the runs on a slow machine.
 const SLOW_MACHINE: f64 = 1.15;
 
 /// The first line of each run's note, whether it began on a busy apiserver, and whether the
 /// machine ran slow, once for the repeats that share it.
 fn remarks(runs: &[RunResult]) -> Option<String> {
     let mut repeats: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    let fastest = runs
-        .iter()
-        .filter_map(|run| run.machine_seconds)
-        .min_by(f64::total_cmp);
+    let usual = Spread::of(runs.iter().filter_map(|run| run.machine_seconds)).map(|s| s.median);
     for run in runs {
-        let slow = run.machine_seconds.zip(fastest).and_then(|(seconds, fastest)| {
-            (seconds > fastest * SLOW_MACHINE).then(|| {
+        let slow = run.machine_seconds.zip(usual).and_then(|(seconds, usual)| {
+            (seconds > usual * SLOW_MACHINE).then(|| {
                 format!(
-                    "began with the machine {:.0}% slower than at its fastest in these results \
-                     (its reference workload took {seconds:.2} s, at best {fastest:.2} s)",
-                    (seconds / fastest - 1.0) * 100.0
+                    "began with the machine {:.0}% slower than usual in these results (its \
+                     reference workload took {seconds:.2} s, the median of all runs {usual:.2} s)",
+                    (seconds / usual - 1.0) * 100.0
                 )
             })
         });
@@ -937,17 +956,19 @@ mod tests {
         let text = remarks(&[timed(0, 0.5), timed(1, 0.57), timed(2, 0.8)]).unwrap();
         assert_eq!(
             text,
-            "- sample-operator (ours) backlog, N = 1000: began with the machine 60% slower than at \
-             its fastest in these results (its reference workload took 0.80 s, at best 0.50 s) \
-             (repeat 3)\n"
+            "- sample-operator (ours) backlog, N = 1000: began with the machine 40% slower than \
+             usual in these results (its reference workload took 0.80 s, the median of all runs \
+             0.57 s) (repeat 3)\n"
         );
+        // Slower than the fastest, but as usual: a sitting on a slower machine is not remarked.
+        assert_eq!(remarks(&[timed(0, 0.5), timed(1, 0.6), timed(2, 0.6)]), None);
         // The ceiling's concurrencies are told apart.
         let ceiling = |concurrency| RunResult {
             contender: Some(Contender::Ceiling),
             concurrency: Some(concurrency),
-            ..timed(1, 0.6)
+            ..timed(1, 0.8)
         };
-        let text = remarks(&[timed(0, 0.5), ceiling(8), ceiling(16)]).unwrap();
+        let text = remarks(&[timed(0, 0.5), timed(2, 0.5), ceiling(8), ceiling(16)]).unwrap();
         assert!(
             text.contains("ceiling (plain client), 8 at once backlog"),
             "{text}"
@@ -1091,7 +1112,7 @@ mod tests {
         );
         assert!(!md.contains("**sample-operator (ours) converged faster"), "{md}");
         assert!(
-            md.contains("converges within 1.2× the ceiling: **not met** (1.25)"),
+            md.contains("converges within 1.05× the ceiling: **not met** (1.25)"),
             "{md}"
         );
     }
@@ -1121,6 +1142,45 @@ mod tests {
             "| ceiling (plain client), 16 at once | 1000 | 8.0 s | 0.80 | 1.00 | — | — |",
         ] {
             assert!(md.contains(row), "{row}\n{md}");
+        }
+    }
+
+    #[test]
+    fn the_report_checks_the_event_aims() {
+        let ours = |repeat, events, last| RunResult {
+            repeat,
+            events: Some(events),
+            last_event_seconds: Some(last),
+            ..run(Contender::Ours, 1000, 10.0, 1.0)
+        };
+        let report = |runs| {
+            markdown(
+                &Results {
+                    meta: Meta::default(),
+                    runs,
+                },
+                &[],
+            )
+        };
+        // Every Event in every run, the last 2.5, 40 and 10 s after converging: the median counts.
+        let md = report(vec![
+            ours(0, 1000, 12.5),
+            ours(1, 1000, 50.0),
+            ours(2, 1000, 20.0),
+        ]);
+        for line in [
+            "- backlog, N = 1000: every Event written: **met** (1000 of 1000 in its fewest run)",
+            "- backlog, N = 1000: the last Event within 30 s of converging: **met** (10.0 s)",
+        ] {
+            assert!(md.contains(line), "{line}\n{md}");
+        }
+        // One Event missing in one run is a miss.
+        let md = report(vec![ours(0, 1000, 12.5), ours(1, 999, 45.0), ours(2, 1000, 50.0)]);
+        for line in [
+            "- backlog, N = 1000: every Event written: **not met** (999 of 1000 in its fewest run)",
+            "- backlog, N = 1000: the last Event within 30 s of converging: **not met** (35.0 s)",
+        ] {
+            assert!(md.contains(line), "{line}\n{md}");
         }
     }
 
@@ -1160,7 +1220,7 @@ mod tests {
         let md = markdown(&results, &[]);
         assert!(md.contains("## Backlog, N = 1000"), "{md}");
         assert!(
-            md.contains("converges within 1.2× the ceiling: **met** (1.11)"),
+            md.contains("converges within 1.05× the ceiling: **not met** (1.11)"),
             "{md}"
         );
         assert!(
