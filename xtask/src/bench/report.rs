@@ -533,7 +533,7 @@ fn restart_table(md: &mut String, groups: &[Group<'_>], n: usize) {
     resource_details(md, groups);
 }
 
-/// The issue's aims, checked against the medians.
+/// The issues' aims, checked against the medians (every Event written: against the fewest run).
 fn targets(md: &mut String, runs: &[RunResult]) {
     md.push_str("## Against the aims (issues 7, 16 and 34)\n\n");
     let mut lines = Vec::new();
