@@ -115,15 +115,18 @@ impl Group<'_> {
     /// How long after converging the last Event was written (`+2.0 s`; a negative time is an
     /// Event written before the last Foo converged), as a cell: `none` when no run wrote one.
     fn last_event(&self) -> String {
-        let after = self
-            .runs
-            .iter()
-            .filter_map(|r| Some(r.last_event_seconds? - r.seconds?));
-        match Spread::of(after) {
+        match Spread::of(self.last_event_after_converging()) {
             Some(s) => format!("{}{}", if s.median >= 0.0 { "+" } else { "" }, s.show(" s", 1)),
             None if self.runs.iter().any(|r| r.events.is_some()) => "none".into(),
             None => "—".into(),
         }
+    }
+
+    /// Per run that wrote an Event, how long after converging the last one appeared.
+    fn last_event_after_converging(&self) -> impl Iterator<Item = f64> + '_ {
+        self.runs
+            .iter()
+            .filter_map(|r| Some(r.last_event_seconds? - r.seconds?))
     }
 
     /// Median etcd writes by operation and resource, as `create deployments 1000 · update foos 1000`.
@@ -568,11 +571,7 @@ fn targets(md: &mut String, runs: &[RunResult]) {
                     ours.n
                 ));
             }
-            let after = ours
-                .runs
-                .iter()
-                .filter_map(|r| Some(r.last_event_seconds? - r.seconds?));
-            if let Some(after) = Spread::of(after) {
+            if let Some(after) = Spread::of(ours.last_event_after_converging()) {
                 lines.push(aim(
                     &format!("{scenario}, N = {n}: the last Event within 30 s of converging"),
                     &format!("{:.1} s", after.median),
@@ -1215,10 +1214,16 @@ mod tests {
                 run(Contender::Ours, 1000, 10.0, 1.0),
                 run(Contender::Ceiling, 1000, 9.0, 1.0),
                 run(Contender::ControllerRuntime, 1000, 20.0, 4.0),
+                run(Contender::SampleControllerTuned, 1000, 10.0, 4.0),
             ],
         };
         let md = markdown(&results, &[]);
         assert!(md.contains("## Backlog, N = 1000"), "{md}");
+        // A tie with the best tuned peer is not ahead of it.
+        assert!(
+            md.contains("converges ahead of the best tuned peer: **not met** (1.00)"),
+            "{md}"
+        );
         assert!(
             md.contains("converges within 1.05× the ceiling: **not met** (1.11)"),
             "{md}"
