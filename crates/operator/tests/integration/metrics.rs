@@ -12,7 +12,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use local_cluster::testing::{self, TestNamespace};
 
-use crate::process::{OperatorProcess, eventually, http_get, scratch_dir};
+use crate::process::{OperatorProcess, http_get, scratch_dir};
 use crate::support::{client_with_crds, metric_sum, operator_kubeconfig};
 
 /// The ClusterRole of deploy/operator/metrics-reader.yaml.
@@ -117,10 +117,7 @@ async fn secure_metrics_answer_only_tokens_allowed_to_read_them_and_probes_stay_
             "--metrics-secure",
         ],
     );
-    eventually("the operator is ready", Duration::from_secs(30), || {
-        http_get(operator.probe_port, "/readyz").is_some_and(|r| r.0 == 200)
-    })
-    .await;
+    operator.wait_ready().await;
 
     let stranger = service_account_token(&client, &ns.name, "stranger", false).await;
     let reader = service_account_token(&client, &ns.name, "prometheus", true).await;

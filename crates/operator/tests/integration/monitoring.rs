@@ -19,7 +19,9 @@ use crate::chart::render;
 use crate::deploy::ROOT;
 use crate::foo::plain_deployment;
 use crate::metrics::{install_metrics_reader, service_account_token, unbind};
-use crate::process::{OperatorProcess, create_foo, eventually, http_get, scratch_dir, wait_foo_available};
+use crate::process::{
+    OperatorProcess, create_foo, eventually, free_port, http_get, scratch_dir, wait_foo_available,
+};
 use crate::support::{client_with_crds, operator_kubeconfig};
 
 /// The job the test's Prometheus gives the operator's target, and the rules select.
@@ -286,11 +288,7 @@ impl Prometheus {
             }],
         });
         write_yaml(&dir.join("prometheus.yaml"), &config);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
         let child = Command::new(prometheus)
             .current_dir(dir)

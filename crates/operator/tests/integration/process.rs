@@ -7,6 +7,8 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use kube::api::PostParams;
@@ -21,7 +23,8 @@ const BINARY: &str = env!("CARGO_BIN_EXE_sample-operator");
 
 /// A running `sample-operator run`, killed when dropped.
 pub(crate) struct OperatorProcess {
-    child: Child,
+    name: String,
+    child: Mutex<Child>,
     /// The port of /metrics.
     pub(crate) port: u16,
     /// The port of /healthz and /readyz.
@@ -29,8 +32,26 @@ pub(crate) struct OperatorProcess {
     log: PathBuf,
 }
 
-/// A port free on loopback now.
+/// A loopback port for a process a test starts, free now and not handed out before in this
+/// test run. It is taken below the kernel's ephemeral range: a port from `bind(0)` is freed
+/// before the process binds it, and meanwhile any outgoing connection on the machine may take
+/// it as its local port, which ends the process with "cannot listen".
 pub(crate) fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    const SPAN: u32 = 8192;
+    if ephemeral_start > 1024 + SPAN {
+        let base = ephemeral_start - SPAN;
+        for _ in 0..SPAN {
+            let port = (base + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -60,7 +81,8 @@ impl OperatorProcess {
             .spawn()
             .unwrap();
         Self {
-            child,
+            name: name.to_owned(),
+            child: Mutex::new(child),
             port,
             probe_port,
             log,
@@ -68,7 +90,22 @@ impl OperatorProcess {
     }
 
     fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.id() as i32)
+        Pid::from_raw(self.child.lock().unwrap().id() as i32)
+    }
+
+    /// How it ended, or `None` while it runs.
+    fn exited(&self) -> Option<ExitStatus> {
+        self.child.lock().unwrap().try_wait().unwrap()
+    }
+
+    /// Waits until `/readyz` answers 200; ends the test, with the log, when the process exits
+    /// first or is not ready within a minute (a start on a busy machine, not its speed, is what
+    /// this waits for).
+    pub(crate) async fn wait_ready(&self) -> Duration {
+        until("ready", Duration::from_secs(60), &[self], || {
+            self.get("/readyz").is_some_and(|r| r.0 == 200)
+        })
+        .await
     }
 
     /// A GET of /metrics on its port, or of a probe on the probes' port.
@@ -109,7 +146,7 @@ impl OperatorProcess {
     fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let start = Instant::now();
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
+            if let Some(status) = self.exited() {
                 return status;
             }
             assert!(
@@ -128,8 +165,9 @@ impl OperatorProcess {
 
 impl Drop for OperatorProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = self.child.get_mut().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
@@ -138,6 +176,39 @@ pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let url = format!("http://127.0.0.1:{port}{path}");
     let response = local_cluster::http::get(&url, Duration::from_secs(5)).ok()?;
     Some((response.status, response.body))
+}
+
+/// Like [`eventually`], for a condition on running `processes`: a process that exits meanwhile
+/// ends the wait at once, and either failure shows their logs, which say why.
+async fn until(
+    what: &str,
+    timeout: Duration,
+    processes: &[&OperatorProcess],
+    mut check: impl FnMut() -> bool,
+) -> Duration {
+    let logs = || {
+        processes
+            .iter()
+            .map(|p| format!("--- log of {} ---\n{}", p.name, p.log()))
+            .collect::<String>()
+    };
+    let start = Instant::now();
+    loop {
+        for process in processes {
+            if let Some(status) = process.exited() {
+                panic!("{} exited ({status}) before: {what}\n{}", process.name, logs());
+            }
+        }
+        if check() {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "not within {timeout:?}: {what}\n{}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 pub(crate) async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Duration {
@@ -193,13 +264,13 @@ async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
         "--leader-elect",
         "--leader-election-namespace=sample-operator",
         lease_arg.as_str(),
-        "--lease-duration-seconds=6",
-        "--lease-grace-seconds=2",
+        // The lease lasts 15 s and is renewed 5 s before it expires, as by default: shorter
+        // leases, on a machine busy with other tests, expire between two late renewals.
         "--drain-seconds=5",
     ];
     let a = OperatorProcess::spawn("replica-a", &dir, &args);
     let b = OperatorProcess::spawn("replica-b", &dir, &args);
-    eventually("one replica leads", Duration::from_secs(30), || {
+    until("one replica leads", Duration::from_secs(60), &[&a, &b], || {
         a.is_leader() || b.is_leader()
     })
     .await;
@@ -208,10 +279,7 @@ async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
     // Both are alive and ready: a standby is ready by design.
     for replica in [&leader, &standby] {
         assert_eq!(replica.get("/healthz").map(|r| r.0), Some(200));
-        eventually("ready", Duration::from_secs(30), || {
-            replica.get("/readyz").is_some_and(|r| r.0 == 200)
-        })
-        .await;
+        replica.wait_ready().await;
     }
 
     // (Before the election settled, both may have tried to create or take the Lease.)
@@ -235,12 +303,15 @@ async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
     // A crashed leader blocks the standby for at most the lease duration.
     leader.signal(Signal::SIGKILL);
     let _ = leader.wait_exit(Duration::from_secs(10));
-    let took = eventually("the standby takes over", Duration::from_secs(15), || {
-        standby.is_leader()
-    })
+    let took = until(
+        "the standby takes over",
+        Duration::from_secs(30),
+        &[&standby],
+        || standby.is_leader(),
+    )
     .await;
     assert!(
-        took < Duration::from_secs(6 + 3),
+        took < Duration::from_secs(15 + 3),
         "handover after SIGKILL took {took:?}"
     );
     create_foo(&foos, "second").await;
@@ -249,10 +320,7 @@ async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
     // A leader that stops gracefully releases the lease, and a standby takes it at once.
     let mut leader = standby;
     let next = OperatorProcess::spawn("replica-c", &dir, &args);
-    eventually("the new replica is ready", Duration::from_secs(30), || {
-        next.get("/readyz").is_some_and(|r| r.0 == 200)
-    })
-    .await;
+    next.wait_ready().await;
     assert!(!next.is_leader());
     leader.signal(Signal::SIGTERM);
     let status = leader.wait_exit(Duration::from_secs(15));
@@ -266,9 +334,12 @@ async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
         "{}",
         leader.log()
     );
-    let took = eventually("the standby takes over", Duration::from_secs(15), || {
-        next.is_leader()
-    })
+    let took = until(
+        "the standby takes over",
+        Duration::from_secs(15),
+        &[&next],
+        || next.is_leader(),
+    )
     .await;
     assert!(
         took < Duration::from_secs(4),
@@ -306,10 +377,7 @@ async fn probes_and_metrics_report_what_happens() {
             "--log-format=json",
         ],
     );
-    eventually("ready", Duration::from_secs(30), || {
-        operator.get("/readyz").is_some_and(|r| r.0 == 200)
-    })
-    .await;
+    operator.wait_ready().await;
     assert_eq!(operator.get("/healthz"), Some((200, "ok".into())));
     assert_eq!(
         operator.metric("leader_election_master_status", &[("name", "sample-operator")]),
@@ -454,10 +522,7 @@ async fn ten_thousand_blocked_foos_created_and_deleted_leave_nothing_behind() {
             "--log-level=warn",
         ],
     );
-    eventually("ready", Duration::from_secs(30), || {
-        operator.get("/readyz").is_some_and(|r| r.0 == 200)
-    })
-    .await;
+    operator.wait_ready().await;
     let foos = ns.api::<Foo>();
     let cycle = |i: usize| {
         let foos = foos.clone();
