@@ -220,8 +220,10 @@ async fn a_holder_that_cannot_renew_stops_writing_before_the_standby_takes_over(
     let lease = LeaseConfig {
         name: LEASE.into(),
         namespace: ns.name.clone(),
-        duration: Duration::from_secs(6),
-        grace: Duration::from_secs(2),
+        // The defaults: with a shorter grace, renewals that land late on a busy machine let the
+        // lease expire before the test deposes a.
+        duration: Duration::from_secs(15),
+        grace: Duration::from_secs(5),
     };
     let foos = ns.api::<Foo>();
     for i in 0..3 {

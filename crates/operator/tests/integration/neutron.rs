@@ -1483,8 +1483,10 @@ async fn a_deposed_leader_sends_nothing_to_neutron_after_its_lease_could_have_ex
     let lease = LeaseConfig {
         name: LEASE.into(),
         namespace: ns.name.clone(),
-        duration: Duration::from_secs(6),
-        grace: Duration::from_secs(2),
+        // The defaults: with a shorter grace, renewals that land late on a busy machine let the
+        // lease expire before the test deposes a.
+        duration: Duration::from_secs(15),
+        grace: Duration::from_secs(5),
     };
     let recorder = RequestRecorder::start(neutron_address(&bed)).await;
     // Replica a's cloud reaches Neutron through the recorder; b's directly.
