@@ -193,6 +193,17 @@ pub(crate) async fn depose_a(admin: &Client, namespace: &str, a_identity: &str) 
     }
 }
 
+/// The Lease of a test that deposes its holder, lasting as long as by default: with a shorter
+/// grace, renewals that land late on a busy machine let it expire before the test deposes a.
+pub(crate) fn deposable_lease(namespace: &str) -> LeaseConfig {
+    LeaseConfig {
+        name: LEASE.into(),
+        namespace: namespace.to_owned(),
+        duration: Duration::from_secs(15),
+        grace: Duration::from_secs(5),
+    }
+}
+
 /// How a replica's run ended, within 30 seconds.
 pub(crate) async fn outcome_of(run: tokio::task::JoinHandle<Result<Outcome, leader::Error>>) -> Outcome {
     tokio::time::timeout(Duration::from_secs(30), run)
@@ -217,14 +228,7 @@ async fn a_holder_that_cannot_renew_stops_writing_before_the_standby_takes_over(
     let admin = client_with_crds().await;
     let ns = TestNamespace::create(&admin, "leader-renewal").await;
     grant_leases(&admin, &ns.name, &["a", "b"]).await;
-    let lease = LeaseConfig {
-        name: LEASE.into(),
-        namespace: ns.name.clone(),
-        // The defaults: with a shorter grace, renewals that land late on a busy machine let the
-        // lease expire before the test deposes a.
-        duration: Duration::from_secs(15),
-        grace: Duration::from_secs(5),
-    };
+    let lease = deposable_lease(&ns.name);
     let foos = ns.api::<Foo>();
     for i in 0..3 {
         foos.create(

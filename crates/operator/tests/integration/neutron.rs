@@ -1472,22 +1472,15 @@ impl Drop for Frozen {
 #[tokio::test]
 async fn a_deposed_leader_sends_nothing_to_neutron_after_its_lease_could_have_expired() {
     use crate::leader::{
-        LEASE, WriteLog, depose_a, grant_leases, holder, outcome_of, replica_client, start_elected,
+        WriteLog, deposable_lease, depose_a, grant_leases, holder, outcome_of, replica_client, start_elected,
     };
     use k8s_openapi::api::coordination::v1::Lease;
-    use sample_operator::runtime::leader::{LeaseConfig, Outcome};
+    use sample_operator::runtime::leader::Outcome;
 
     let Scene(admin_client, bed, _hold, neutron_admin, ns, api) =
         Scene::new("neutron-deposed", Bed::Exclusive).await;
     grant_leases(&admin_client, &ns.name, &["a", "b"]).await;
-    let lease = LeaseConfig {
-        name: LEASE.into(),
-        namespace: ns.name.clone(),
-        // The defaults: with a shorter grace, renewals that land late on a busy machine let the
-        // lease expire before the test deposes a.
-        duration: Duration::from_secs(15),
-        grace: Duration::from_secs(5),
-    };
+    let lease = deposable_lease(&ns.name);
     let recorder = RequestRecorder::start(neutron_address(&bed)).await;
     // Replica a's cloud reaches Neutron through the recorder; b's directly.
     let relayed_file = relayed_clouds(&bed, &recorder, &ns.name);

@@ -101,11 +101,11 @@ impl OperatorProcess {
     /// Waits until `/readyz` answers 200; ends the test, with the log, when the process exits
     /// first or is not ready within a minute (a start on a busy machine, not its speed, is what
     /// this waits for).
-    pub(crate) async fn wait_ready(&self) -> Duration {
+    pub(crate) async fn wait_ready(&self) {
         until("ready", Duration::from_secs(60), &[self], || {
             self.get("/readyz").is_some_and(|r| r.0 == 200)
         })
-        .await
+        .await;
     }
 
     /// A GET of /metrics on its port, or of a probe on the probes' port.
@@ -189,14 +189,14 @@ async fn until(
     let logs = || {
         processes
             .iter()
-            .map(|p| format!("--- log of {} ---\n{}", p.name, p.log()))
+            .map(|p| format!("\n--- log of {} ---\n{}", p.name, p.log()))
             .collect::<String>()
     };
     let start = Instant::now();
     loop {
         for process in processes {
             if let Some(status) = process.exited() {
-                panic!("{} exited ({status}) before: {what}\n{}", process.name, logs());
+                panic!("{} exited ({status}) before: {what}{}", process.name, logs());
             }
         }
         if check() {
@@ -204,22 +204,16 @@ async fn until(
         }
         assert!(
             start.elapsed() < timeout,
-            "not within {timeout:?}: {what}\n{}",
+            "not within {timeout:?}: {what}{}",
             logs()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-pub(crate) async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    loop {
-        if check() {
-            return start.elapsed();
-        }
-        assert!(start.elapsed() < timeout, "not within {timeout:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Polls `check` until it holds, for at most `timeout`; how long that took.
+pub(crate) async fn eventually(what: &str, timeout: Duration, check: impl FnMut() -> bool) -> Duration {
+    until(what, timeout, &[], check).await
 }
 
 pub(crate) fn scratch_dir(name: &str) -> PathBuf {
