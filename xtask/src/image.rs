@@ -34,6 +34,11 @@ pub fn chart_app_version() -> Result<String> {
         .with_context(|| format!("no appVersion in {}", path.display()))
 }
 
+/// The image's folder: its tar and the binary it holds.
+pub fn out_dir() -> PathBuf {
+    crate::cargo_build::target_dir().join("image")
+}
+
 /// Builds (or takes) the binary, writes the image and imports it; returns it.
 pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<image::Image> {
     let binary = match &args.binary {
@@ -41,7 +46,7 @@ pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<image::Image> {
         None => crate::cargo_build::operator_static(&args.profile, false)?,
     };
     let version = chart_app_version()?;
-    let out = crate::cargo_build::target_dir().join("image");
+    let out = out_dir();
     std::fs::create_dir_all(&out)?;
     let binary = strip_debug_info(&binary, &out)?;
     if args.binary.is_none() {
@@ -80,12 +85,17 @@ pub fn run(cluster: &LocalCluster, args: &ImageArgs) -> Result<image::Image> {
     Ok(image)
 }
 
+/// Where [`run`] leaves the image's binary, stripped, in the image's folder `out`.
+pub fn stripped_binary(out: &Path) -> PathBuf {
+    out.join("sample-operator")
+}
+
 /// A copy without debug information (a quarter of a dev build's 110 MB); the symbols stay,
 /// so that a panic's backtrace still names functions. binutils' output is deterministic. The
 /// linker's build id goes too: it hashes the debug information, which may still name a folder
 /// that a library's build script resolved through a symbolic link.
 fn strip_debug_info(binary: &Path, out: &Path) -> Result<PathBuf> {
-    let stripped = out.join("sample-operator");
+    let stripped = stripped_binary(out);
     process::run(
         Command::new("strip")
             .arg("--strip-debug")
@@ -102,7 +112,7 @@ fn strip_debug_info(binary: &Path, out: &Path) -> Result<PathBuf> {
 /// into another target folder, and requires the same bytes as `first`, the stripped binary
 /// built from here: what the image holds depends on the source, not on where it was built. The
 /// copy holds the files git tracks or would track, as they are in the working tree.
-fn check_built_elsewhere(first: &Path, profile: &str) -> Result<()> {
+pub fn check_built_elsewhere(first: &Path, profile: &str) -> Result<()> {
     let root = paths::repo_root();
     let scratch = std::env::temp_dir().join(format!("sample-operator-elsewhere-{}", std::process::id()));
     let (copy, target) = (scratch.join("checkout"), scratch.join("target"));

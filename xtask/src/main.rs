@@ -12,6 +12,8 @@ mod cargo_build;
 mod demo;
 mod host_check;
 mod image;
+mod nextest;
+mod phases;
 
 #[derive(Parser)]
 #[command(about = "Developer commands of sample-operator")]
@@ -36,9 +38,15 @@ enum Cmd {
     Demo,
     /// Run every test: formatting, lints, unit tests and integration tests on the local cluster.
     Test {
-        /// Extra arguments for `cargo test`, such as a test name filter.
+        /// Run the tests whose subject is scale at their full sizes: 1,000 Networks through
+        /// Neutron's pages, 10,000 blocked Foos coming and going, the test bed's own 3-minute
+        /// tokens (an hour or more on 2 cores).
+        #[arg(long)]
+        scale: bool,
+        /// Extra arguments for `cargo nextest run`, such as a test name filter; formatting, lints
+        /// and doc tests are then left out.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        cargo_test_args: Vec<String>,
+        nextest_args: Vec<String>,
     },
     /// Benchmark our Foo controller against its Go peers on an apiserver of its own (see
     /// bench/RESULTS.md); takes long at the default sizes.
@@ -178,7 +186,7 @@ fn run(args: Args) -> Result<ExitCode> {
         Cmd::Image(args) => {
             image::run(&cluster, &args)?;
         }
-        Cmd::Test { cargo_test_args } => return test(&runtime, &cluster, &cargo_test_args),
+        Cmd::Test { scale, nextest_args } => return test(&runtime, &cluster, scale, &nextest_args),
         Cmd::Kubectl { args } => return kubectl(&cluster, &args),
         Cmd::Bench(args) => runtime.block_on(bench::run(args))?,
     }
@@ -277,36 +285,69 @@ fn kubectl(cluster: &LocalCluster, args: &[String]) -> Result<ExitCode> {
     })
 }
 
-/// Every check CI runs, in the order that fails fastest.
-fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[String]) -> Result<ExitCode> {
+/// Every check CI runs, in the order that fails fastest, ending with where the time went.
+fn test(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &LocalCluster,
+    scale: bool,
+    extra: &[String],
+) -> Result<ExitCode> {
+    let mut phases = phases::Phases::default();
+    let result = run_tests(runtime, cluster, scale, extra, &mut phases);
+    let profile = if scale { "scale" } else { "default" };
+    let junit = cargo_build::target_dir()
+        .join("nextest")
+        .join(profile)
+        .join("junit.xml");
+    phases.print(&junit);
+    result
+}
+
+fn run_tests(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &LocalCluster,
+    scale: bool,
+    extra: &[String],
+    phases: &mut phases::Phases,
+) -> Result<ExitCode> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = paths::repo_root();
-    let step_with_env = |name: &str, args: &[&str], env: &[(&str, &str)]| -> Result<()> {
-        println!("== {name}: cargo {}", args.join(" "));
+    let run = |program: &std::ffi::OsStr, args: &[&str], env: &[(&str, &str)]| -> Result<()> {
         process::run(
-            Command::new(&cargo)
+            Command::new(program)
                 .args(args)
                 .envs(env.iter().copied())
                 .current_dir(&root),
-        )
-        .with_context(|| format!("{name} failed"))
-    };
-    let step = |name: &str, args: &[&str]| step_with_env(name, args, &[]);
-    if extra.is_empty() {
-        step("formatting", &["fmt", "--all", "--check"])?;
-        step(
-            "lints",
-            &[
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--locked",
-                "--",
-                "-D",
-                "warnings",
-            ],
         )?;
+        Ok(())
+    };
+    let cargo_step = |name: &str, args: &[&str]| -> Result<()> {
+        println!("== {name}: cargo {}", args.join(" "));
+        run(cargo.as_ref(), args, &[]).with_context(|| format!("{name} failed"))
+    };
+    // The whole suite, rather than a filter of some tests.
+    let whole = extra.is_empty();
+    if whole {
+        phases.time("formatting", || {
+            cargo_step("formatting", &["fmt", "--all", "--check"])
+        })?;
+        phases.time("lints", || {
+            cargo_step(
+                "lints",
+                &[
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--locked",
+                    "--",
+                    "-D",
+                    "warnings",
+                ],
+            )
+        })?;
     }
+    println!("== cargo-nextest {}", nextest::VERSION);
+    let nextest = phases.time("cargo-nextest", nextest::ensure)?;
     println!("== local cluster");
     // The real node's tests need root and a few kernel features; where they are missing the
     // tests say so and skip, and this says why up front.
@@ -329,39 +370,63 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
     } else {
         None
     };
-    let state = runtime.block_on(cluster.up_with(options))?;
+    let state = phases.time("local cluster", || runtime.block_on(cluster.up_with(options)))?;
     println!("Kubernetes {} at {}", state.kubernetes_version, state.server);
     // The whole suite builds the image also without a node, and builds it again elsewhere.
-    let built_image = real_node || extra.is_empty();
-    if built_image {
+    if real_node || whole {
         // The dev build the tests compile anyway, without its debug information: a release
         // build would add some 15 minutes to a cold run.
         println!(
             "== the operator's image{}",
             if real_node { ", into the real node" } else { "" }
         );
-        image::run(
-            cluster,
-            &image::ImageArgs {
-                profile: "dev".into(),
-                binary: None,
-                no_import: !real_node,
-                compare_elsewhere: extra.is_empty(),
-            },
-        )?;
+        let args = image::ImageArgs {
+            profile: "dev".into(),
+            binary: None,
+            no_import: !real_node,
+            compare_elsewhere: false,
+        };
+        phases.time("the operator's image", || image::run(cluster, &args))?;
+        if whole {
+            println!("== the image's binary built again from a copy of the checkout elsewhere");
+            let built = image::stripped_binary(&image::out_dir());
+            phases.time("the image's second build, elsewhere", || {
+                image::check_built_elsewhere(&built, "dev")
+            })?;
+            println!("the same bytes: the binary depends on the source, not on where it was built");
+        }
     }
     // The Neutron backend's tests need it; started here, its first install shows its progress.
     println!("== OpenStack test bed");
-    let bed = runtime.block_on(OpenStack::new(cluster.dir().to_owned()).up())?;
+    let bed = phases.time("OpenStack test bed", || {
+        runtime.block_on(OpenStack::new(cluster.dir().to_owned()).up())
+    })?;
     println!(
         "Keystone at {}, neutron-server at {}",
         bed.keystone_url, bed.neutron_url
     );
-    let mut args = vec!["test", "--workspace", "--all-targets", "--locked"];
-    if !extra.is_empty() {
-        args.push("--");
-        args.extend(extra.iter().map(String::as_str));
-    }
+    // Once, before any test: the tests then find them and leave them as they are.
+    println!("== the CRDs");
+    phases.time("CRDs", || {
+        runtime.block_on(async {
+            let mut crds = sample_operator_api::crds();
+            crds.extend(sample_operator_api::example_com_crds());
+            let client = cluster.client().await?;
+            local_cluster::testing::install_crds(&client, &crds).await?;
+            anyhow::Ok(())
+        })
+    })?;
+    let profile = if scale { "scale" } else { "default" };
+    let mut args = vec![
+        "nextest",
+        "run",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--profile",
+        profile,
+    ];
+    args.extend(extra.iter().map(String::as_str));
     // Tests record what they skip here, for the summary below.
     let skip_log = cargo_build::target_dir().join("skipped-tests.log");
     let _ = std::fs::remove_file(&skip_log);
@@ -371,9 +436,21 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
     if real_node {
         env.push(("SAMPLE_OPERATOR_REAL_NODE", "required"));
     }
-    let tested = step_with_env("tests", &args, &env);
+    if scale {
+        env.push((local_cluster::testing::SCALE_VARIABLE, "full"));
+    }
+    println!("== tests: cargo {}", args.join(" "));
+    let tested = phases.time("tests (nextest: build and run)", || {
+        run(nextest.as_os_str(), &args, &env).context("tests failed")
+    });
     let skips = skipped_tests(&skip_log);
     tested?;
+    if whole {
+        // nextest runs no doc tests.
+        phases.time("doc tests", || {
+            cargo_step("doc tests", &["test", "--workspace", "--doc", "--locked"])
+        })?;
+    }
     // On this local cluster every test can run, but the real node's where the machine cannot
     // run one: any other skip is a failure, not a note.
     let unexpected: Vec<&String> = skips
@@ -396,15 +473,17 @@ fn test(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, extra: &[Stri
              it joins a running cluster again, and leaves a Docker-like bridge and a foreign KUBE- \
              chain made while it ran"
         );
-        runtime.block_on(async {
-            kill_real_node(cluster)?;
-            remove_real_node(cluster).await?;
-            cluster.up_with(options).await?;
-            let foreign = host_check::Foreign::make()?;
-            host_check::Foreign::check_not_guarded()?;
-            let removed = remove_real_node(cluster).await;
-            let survived = foreign.check_survived_and_remove();
-            removed.and(survived)
+        phases.time("the real node's host check", || {
+            runtime.block_on(async {
+                kill_real_node(cluster)?;
+                remove_real_node(cluster).await?;
+                cluster.up_with(options).await?;
+                let foreign = host_check::Foreign::make()?;
+                host_check::Foreign::check_not_guarded()?;
+                let removed = remove_real_node(cluster).await;
+                let survived = foreign.check_survived_and_remove();
+                removed.and(survived)
+            })
         })?;
         let differences = before.differences(&local_cluster::node::HostSnapshot::take()?);
         if !differences.is_empty() {

@@ -58,6 +58,22 @@ pub fn skipped(test: &str, why: &str) {
     }
 }
 
+/// Set to `full` by `cargo xtask test --scale`: the tests whose subject is scale (many
+/// Networks through Neutron's pages, thousands of Foos coming and going, tokens living their
+/// whole configured lifetime) run at their full sizes instead of the smallest size that still
+/// proves the behaviour.
+pub const SCALE_VARIABLE: &str = "SAMPLE_OPERATOR_TEST_SCALE";
+
+/// `behaviour`, the size that proves a behaviour, or `full` when the run asks for the full
+/// sizes ([`SCALE_VARIABLE`]).
+pub fn sized<T>(behaviour: T, full: T) -> T {
+    if std::env::var(SCALE_VARIABLE).is_ok_and(|v| v == "full") {
+        full
+    } else {
+        behaviour
+    }
+}
+
 /// Starts the local cluster once per test process; later calls return the first outcome.
 fn ensure_local_cluster() -> std::result::Result<(), String> {
     static STARTED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
@@ -359,41 +375,4 @@ pub async fn openstack() -> crate::openstack::OpenStack {
         panic!("the OpenStack test bed did not start: {e}");
     }
     crate::openstack::OpenStack::default()
-}
-
-/// A test's hold on the OpenStack test bed: shared by the tests that only use it, exclusive
-/// for a test that stops neutron-server. A file lock, so it holds across test binaries too.
-pub struct OpenStackGuard {
-    _file: std::fs::File,
-}
-
-/// A shared hold on the test bed.
-pub async fn neutron_shared() -> OpenStackGuard {
-    openstack_hold(false).await
-}
-
-/// An exclusive hold on the test bed: no other test uses it meanwhile.
-pub async fn neutron_exclusive() -> OpenStackGuard {
-    openstack_hold(true).await
-}
-
-async fn openstack_hold(exclusive: bool) -> OpenStackGuard {
-    let path = crate::paths::run_dir().join("openstack-tests.lock");
-    tokio::task::spawn_blocking(move || {
-        let file = std::fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        if exclusive {
-            file.lock()
-        } else {
-            file.lock_shared()
-        }
-        .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
-        OpenStackGuard { _file: file }
-    })
-    .await
-    .expect("lock task")
 }

@@ -13,7 +13,7 @@ const FOO_SAMPLE: &str = include_str!("../../../../samples/foo.yaml");
 const EXAMPLE_FOO_SAMPLE: &str = include_str!("../../../../samples/example-foo.yaml");
 const MY_CUSTOM_RESOURCE_SAMPLES: &str = include_str!("../../../../samples/my-custom-resource.yaml");
 
-use crate::support::{SCHEMA, client_with_crds};
+use crate::support::client_with_crds;
 
 #[tokio::test]
 async fn generated_crds_install_and_become_established() {
@@ -105,7 +105,6 @@ fn network(name: &str, cidr: &str, gateway: &str) -> serde_json::Value {
 #[tokio::test]
 async fn invalid_foos_are_refused_naming_the_field() {
     let client = client_with_crds().await;
-    let _schema = SCHEMA.read().await;
     let ns = TestNamespace::create(&client, "invalid-foo").await;
     let foos = ns.api::<Foo>();
 
@@ -153,7 +152,6 @@ async fn invalid_foos_are_refused_naming_the_field() {
 #[tokio::test]
 async fn invalid_networks_are_refused_naming_the_field() {
     let client = client_with_crds().await;
-    let _schema = SCHEMA.read().await;
     let ns = TestNamespace::create(&client, "invalid-network").await;
     let networks = ns.api::<Network>();
 

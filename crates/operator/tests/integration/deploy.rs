@@ -165,7 +165,7 @@ async fn the_workload_policy_confines_the_operators_service_account() {
 
     const TIMEOUT: Duration = Duration::from_secs(60);
     let client = client_with_crds().await;
-    let _nad = crate::network::NadCrd::installed(&client).await;
+    crate::network::install_nad_crd(&client).await;
     let allowed = testing::TestNamespace::create(&client, "workloads").await;
     let forbidden = testing::TestNamespace::create(&client, "workloads-forbidden").await;
     let policy_name = format!("workloads-{}", allowed.name);

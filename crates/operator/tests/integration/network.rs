@@ -1,10 +1,8 @@
 //! The Network controller on a real cluster: validated networks, conflicts between them, a
 //! Multus NetworkAttachmentDefinition for each, and deletion through a finalizer.
 //!
-//! The NetworkAttachmentDefinition CRD is cluster-wide and one test needs it absent, so every
-//! test that involves it holds [`NadCrd`]: a lock on a file, shared by the tests that need the
-//! CRD installed and exclusive for the one that removes it. A file lock holds across processes,
-//! and several test processes (other suites, other people) share the local cluster.
+//! The NetworkAttachmentDefinition CRD is cluster-wide and one test needs it absent: that test
+//! runs alone (`.config/nextest.toml`), and every other installs the CRD if it is missing.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -33,87 +31,47 @@ const NAD_CRD: &str = include_str!("../../../../deploy/testing/network-attachmen
 /// Multus, with `SAMPLE_OPERATOR_TEST_CLUSTER=existing`) is never replaced or deleted.
 const TEST_COPY_LABEL: &str = "sample-operator.dev/test";
 
-/// Where most tests start: the CRDs, the attachment-definition CRD held installed, and a
-/// namespace of the test's own.
+/// Where most tests start: the CRDs with the attachment-definition CRD, and a namespace of the
+/// test's own.
 struct Scene {
     client: Client,
     ns: TestNamespace,
-    _crd: NadCrd,
 }
 
 impl Scene {
     async fn new(namespace_prefix: &str) -> Self {
         let client = client_with_crds().await;
-        let crd = NadCrd::installed(&client).await;
+        install_nad_crd(&client).await;
         let ns = TestNamespace::create(&client, namespace_prefix).await;
-        Self {
-            client,
-            ns,
-            _crd: crd,
-        }
+        Self { client, ns }
     }
 }
 
-/// Holds the NetworkAttachmentDefinition CRD in the state a test needs until dropped.
-pub(crate) struct NadCrd {
-    _lock: std::fs::File,
-}
-
-impl NadCrd {
-    /// The CRD is installed, and stays so while this is held.
-    pub(crate) async fn installed(client: &Client) -> Self {
-        let lock = Self::lock(false).await;
-        install_nad_crd(client).await;
-        Self { _lock: lock }
-    }
-
-    /// The CRD is absent while this is held; `None` when the cluster has a CRD of its own
-    /// (a real Multus), which a test must not delete.
-    async fn absent(client: &Client) -> Option<Self> {
-        let lock = Self::lock(true).await;
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        if let Some(crd) = crds.get_opt(multus::CRD_NAME).await.unwrap() {
-            if !crd.labels().contains_key(TEST_COPY_LABEL) {
-                testing::skipped(
-                    "network::without_the_crd_networks_report_backend_unavailable_and_recover_once_it_is_installed",
-                    "the cluster has a NetworkAttachmentDefinition CRD of its own (a real Multus's), which a test must not delete",
-                );
-                return None;
-            }
-            // Deleting a CRD deletes every object of it first, then the CRD itself.
-            crds.delete(multus::CRD_NAME, &DeleteParams::default())
-                .await
-                .unwrap();
-            testing::wait_for_deletion(&crds, multus::CRD_NAME, TIMEOUT)
-                .await
-                .unwrap();
+/// Removes the tests' copy of the NetworkAttachmentDefinition CRD; `false` when the cluster has
+/// a CRD of its own (a real Multus), which a test must not delete.
+async fn remove_nad_crd(client: &Client) -> bool {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if let Some(crd) = crds.get_opt(multus::CRD_NAME).await.unwrap() {
+        if !crd.labels().contains_key(TEST_COPY_LABEL) {
+            testing::skipped(
+                "network::without_the_crd_networks_report_backend_unavailable_and_recover_once_it_is_installed",
+                "the cluster has a NetworkAttachmentDefinition CRD of its own (a real Multus's), which a test must not delete",
+            );
+            return false;
         }
-        Some(Self { _lock: lock })
+        // Deleting a CRD deletes every object of it first, then the CRD itself.
+        crds.delete(multus::CRD_NAME, &DeleteParams::default())
+            .await
+            .unwrap();
+        testing::wait_for_deletion(&crds, multus::CRD_NAME, TIMEOUT)
+            .await
+            .unwrap();
     }
-
-    async fn lock(exclusive: bool) -> std::fs::File {
-        let path = std::env::temp_dir().join("sample-operator-nad-crd.lock");
-        tokio::task::spawn_blocking(move || {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)?;
-            if exclusive {
-                file.lock()?;
-            } else {
-                file.lock_shared()?;
-            }
-            Ok::<_, std::io::Error>(file)
-        })
-        .await
-        .unwrap()
-        .expect("the NetworkAttachmentDefinition CRD lock")
-    }
+    true
 }
 
 /// Installs the tests' copy of the CRD, unless the cluster has one of its own.
-async fn install_nad_crd(client: &Client) {
+pub(crate) async fn install_nad_crd(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     if let Some(crd) = crds.get_opt(multus::CRD_NAME).await.unwrap()
         && !crd.labels().contains_key(TEST_COPY_LABEL)
@@ -184,7 +142,7 @@ pub(crate) async fn set_cidr(networks: &Api<Network>, name: &str, cidr: &str, ga
 
 #[tokio::test]
 async fn the_seeds_network_is_synced_to_an_owned_attachment_definition() {
-    let Scene { client, ns, _crd } = Scene::new("net-basic").await;
+    let Scene { client, ns } = Scene::new("net-basic").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     testing::create_manifest(&client, &ns.name, NETWORK_SAMPLE)
         .await
@@ -246,7 +204,7 @@ async fn the_seeds_network_is_synced_to_an_owned_attachment_definition() {
 
 #[tokio::test]
 async fn ipv6_and_the_smallest_prefixes_report_their_canonical_form_and_size() {
-    let Scene { client: _, ns, _crd } = Scene::new("net-families").await;
+    let Scene { client: _, ns } = Scene::new("net-families").await;
     // An admin's policy that lets an IPv6 Network be as wide as a /8.
     let mut config = config(Some(&ns.name), &[ControllerName::Network]);
     config.network.policy.min_prefix_v6 = 8;
@@ -329,7 +287,7 @@ async fn ipv6_and_the_smallest_prefixes_report_their_canonical_form_and_size() {
 
 #[tokio::test]
 async fn the_newer_of_two_overlapping_networks_is_refused_until_the_older_is_deleted() {
-    let Scene { client, ns, _crd } = Scene::new("net-conflict").await;
+    let Scene { client, ns } = Scene::new("net-conflict").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     let nads = ns.api::<NetworkAttachmentDefinition>();
@@ -399,7 +357,7 @@ async fn the_newer_of_two_overlapping_networks_is_refused_until_the_older_is_del
 
 #[tokio::test]
 async fn a_conflict_follows_changes_of_either_network() {
-    let Scene { client: _, ns, _crd } = Scene::new("net-move").await;
+    let Scene { client: _, ns } = Scene::new("net-move").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     let nads = ns.api::<NetworkAttachmentDefinition>();
@@ -477,7 +435,7 @@ const REFUSED_BY_DEFAULT: [(&str, &str, &str, &str); 4] = [
 /// attachment definition; an allowed one is synced.
 #[tokio::test]
 async fn prefixes_outside_the_address_policy_are_refused_and_never_reach_the_backend() {
-    let Scene { client, ns, _crd } = Scene::new("net-policy").await;
+    let Scene { client, ns } = Scene::new("net-policy").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     let nads = ns.api::<NetworkAttachmentDefinition>();
@@ -516,7 +474,7 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
     use k8s_openapi::api::admissionregistration::v1::{
         ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
     };
-    let Scene { client, ns, _crd } = Scene::new("net-admission").await;
+    let Scene { client, ns } = Scene::new("net-admission").await;
     let manifests = crate::deploy::documents(include_str!(
         "../../../../deploy/operator/network-address-policy.yaml"
     ));
@@ -611,7 +569,7 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
 #[tokio::test]
 async fn networks_in_different_namespaces_may_overlap() {
     let client = client_with_crds().await;
-    let _crd = NadCrd::installed(&client).await;
+    install_nad_crd(&client).await;
     let tenant_a = TestNamespace::create(&client, "net-tenant-a").await;
     let tenant_b = TestNamespace::create(&client, "net-tenant-b").await;
     // One controller across all namespaces, so that one index sees both tenants; it selects
@@ -684,7 +642,7 @@ async fn networks_in_different_namespaces_may_overlap() {
 
 #[tokio::test]
 async fn hand_edits_of_the_attachment_definition_are_reverted() {
-    let Scene { client: _, ns, _crd } = Scene::new("net-drift").await;
+    let Scene { client: _, ns } = Scene::new("net-drift").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     networks
@@ -741,7 +699,7 @@ async fn hand_edits_of_the_attachment_definition_are_reverted() {
 
 #[tokio::test]
 async fn an_attachment_definition_the_network_does_not_own_is_never_taken_or_deleted() {
-    let Scene { client, ns, _crd } = Scene::new("net-foreign").await;
+    let Scene { client, ns } = Scene::new("net-foreign").await;
     let nads = ns.api::<NetworkAttachmentDefinition>();
     let foreign: NetworkAttachmentDefinition = serde_json::from_value(json!({
         "apiVersion": "k8s.cni.cncf.io/v1",
@@ -801,7 +759,7 @@ async fn an_attachment_definition_the_network_does_not_own_is_never_taken_or_del
 /// definitions are watched, so no retry has to come round first.
 #[tokio::test]
 async fn a_conflict_backs_off_and_ends_as_soon_as_the_foreign_definition_goes() {
-    let Scene { client: _, ns, _crd } = Scene::new("net-conflict-ends").await;
+    let Scene { client: _, ns } = Scene::new("net-conflict-ends").await;
     let nads = ns.api::<NetworkAttachmentDefinition>();
     let foreign: NetworkAttachmentDefinition = serde_json::from_value(json!({
         "apiVersion": "k8s.cni.cncf.io/v1",
@@ -843,12 +801,13 @@ async fn a_conflict_backs_off_and_ends_as_soon_as_the_foreign_definition_goes() 
     ns.delete().await;
 }
 
+/// Runs alone (`.config/nextest.toml`): the CRD it deletes is every other Network test's.
 #[tokio::test]
 async fn without_the_crd_networks_report_backend_unavailable_and_recover_once_it_is_installed() {
     let client = client_with_crds().await;
-    let Some(_crd) = NadCrd::absent(&client).await else {
+    if !remove_nad_crd(&client).await {
         return;
-    };
+    }
     let ns = TestNamespace::create(&client, "net-no-backend").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
@@ -902,7 +861,7 @@ async fn without_the_crd_networks_report_backend_unavailable_and_recover_once_it
 
 #[tokio::test]
 async fn a_network_deleted_while_the_operator_is_down_is_cleaned_up_when_it_returns() {
-    let Scene { client: _, ns, _crd } = Scene::new("net-offline-delete").await;
+    let Scene { client: _, ns } = Scene::new("net-offline-delete").await;
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
     let nads = ns.api::<NetworkAttachmentDefinition>();
@@ -946,7 +905,7 @@ async fn a_network_deleted_while_the_operator_is_down_is_cleaned_up_when_it_retu
 
 #[tokio::test]
 async fn a_network_that_slipped_past_admission_is_reported_and_not_retried() {
-    let Scene { client, ns, _crd } = Scene::new("net-invalid").await;
+    let Scene { client, ns } = Scene::new("net-invalid").await;
     // Stored as if before the schema had its CEL rules.
     let stale = network("stale", "192.168.0.0/16", "10.0.0.1");
     store_despite_schema(&client, &ns.name, &stale, |spec| {
@@ -989,7 +948,7 @@ async fn a_network_that_slipped_past_admission_is_reported_and_not_retried() {
 
 #[tokio::test]
 async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
-    let Scene { client: _, ns, _crd } = Scene::new("net-steady").await;
+    let Scene { client: _, ns } = Scene::new("net-steady").await;
     let mut config = config(Some(&ns.name), &[ControllerName::Network]);
     config.runtime.resync = Some(Duration::from_secs(1));
     let operator = Operator::start_with(config.clone()).await;

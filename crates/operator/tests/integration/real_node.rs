@@ -21,7 +21,7 @@ use sample_operator_api::{Foo, Network};
 use serde_json::json;
 
 use crate::chart::helm;
-use crate::network::NadCrd;
+use crate::network::install_nad_crd;
 use crate::support::{Operator, client_with_crds};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -190,7 +190,7 @@ async fn the_chart_runs_the_operator_as_real_pods_that_hand_over_and_stop_gracef
         return;
     }
     let client = client_with_crds().await;
-    let _nad = NadCrd::installed(&client).await;
+    install_nad_crd(&client).await;
     let ns = TestNamespace::create(&client, "real-chart").await;
     // Its cluster-wide objects are named after the release: one of this run's own.
     let release = ns.name.as_str();
@@ -394,10 +394,9 @@ async fn delete_promptly(pods: &Api<Pod>, name: &str) {
 }
 
 /// A namespace with a Network operator of its own, for Pods on the real node attached to
-/// Networks; the attachment-definition CRD stays installed while it is held.
+/// Networks.
 struct Attachments {
     client: kube::Client,
-    _nad: NadCrd,
     ns: TestNamespace,
     operator: Operator,
     networks: Api<Network>,
@@ -407,13 +406,12 @@ struct Attachments {
 impl Attachments {
     async fn new(prefix: &str) -> Self {
         let client = client_with_crds().await;
-        let _nad = NadCrd::installed(&client).await;
+        install_nad_crd(&client).await;
         let ns = TestNamespace::create(&client, prefix).await;
         let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
         let (networks, pods) = (ns.api(), ns.api());
         Self {
             client,
-            _nad,
             ns,
             operator,
             networks,

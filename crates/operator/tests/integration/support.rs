@@ -1,11 +1,12 @@
-//! What the controller suites share: CRDs installed once per test, an operator running
-//! in-process on the test's namespace, and a lock around the CRD schemas.
+//! What the controller suites share: the CRDs, an operator running in-process on the test's
+//! namespace, and the checks several suites make.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use kube::Client;
 use kube::api::{Api, ListParams};
 use local_cluster::testing;
@@ -13,26 +14,32 @@ use sample_operator::runtime::RuntimeConfig;
 use sample_operator::runtime::requests::{RequestCounter, RequestCounts};
 use sample_operator::runtime::watch::InitialList;
 use sample_operator::{ControllerName, RunConfig};
-use tokio::sync::RwLock;
 
-/// Tests that need admission to refuse invalid objects hold this for reading; a test that
-/// relaxes a CRD for a moment (to store an object the current schema refuses) holds it for
-/// writing. The tests of this binary share one apiserver.
-pub static SCHEMA: LazyLock<RwLock<()>> = LazyLock::new(|| RwLock::new(()));
-
-/// A client of the test cluster with the operator's CRDs installed.
+/// A client of the test cluster with the operator's CRDs installed. `cargo xtask test` installs
+/// them once, before any test; this installs those a cluster lacks (one that run did not
+/// prepare) and leaves installed ones alone, so that no test rewrites a schema another test is
+/// using.
 pub async fn client_with_crds() -> Client {
     let client = testing::client().await;
-    let _schema = SCHEMA.read().await;
-    testing::install_crds(&client, &all_crds())
-        .await
-        .expect("CRDs install");
+    let installed: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut missing = Vec::new();
+    for crd in all_crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        match installed.get_opt(&name).await.expect("reading the CRDs") {
+            Some(stored) if testing::is_established(&stored) => {}
+            _ => missing.push(crd),
+        }
+    }
+    if !missing.is_empty() {
+        testing::install_crds(&client, &missing)
+            .await
+            .expect("CRDs install");
+    }
     client
 }
 
 /// The CRDs installed by default, and the example.com Foo's: the tests cover both groups.
-pub fn all_crds()
--> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+pub fn all_crds() -> Vec<CustomResourceDefinition> {
     let mut crds = sample_operator_api::crds();
     crds.extend(sample_operator_api::example_com_crds());
     crds
@@ -212,11 +219,16 @@ pub async fn operator_kubeconfig(client: &Client, dir: &std::path::Path) -> std:
     path
 }
 
+/// The version through which [`store_despite_schema`] stores what the schema refuses. Not in
+/// Kubernetes' version format, so it sorts after every real version: no client prefers it.
+const UNVALIDATED: &str = "unvalidated";
+
 /// Stores `object`, which the current schema refuses, as if it had been created before the
-/// schema had its rules: `relax` loosens the schema of `K`'s spec, the CRD is replaced by the
-/// loosened one for a moment, then restored. The apiserver picks up a changed CRD schema
-/// shortly after the update, not with it, so the create is retried while the old schema still
-/// answers.
+/// schema had its rules: the CRD gets a served version of its own, [`UNVALIDATED`], whose
+/// schema `relax` loosens, for a moment; the object is created through it (objects of every
+/// version are stored alike: the CRD converts none), and the version is removed again. The
+/// version that every other test, the operator and admission use keeps its schema throughout,
+/// so tests that need admission to refuse run at the same time.
 pub async fn store_despite_schema<K>(
     client: &Client,
     namespace: &str,
@@ -225,39 +237,51 @@ pub async fn store_despite_schema<K>(
 ) where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + kube::CustomResourceExt
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
+        + serde::Serialize,
 {
-    let mut relaxed = K::crd();
-    let schema = relaxed.spec.versions[0]
+    let crd = K::crd();
+    let mut unvalidated = crd.spec.versions[0].clone();
+    unvalidated.name = UNVALIDATED.into();
+    unvalidated.storage = false;
+    let spec = unvalidated
         .schema
         .as_mut()
-        .and_then(|s| s.open_api_v3_schema.as_mut());
-    let spec = schema
+        .and_then(|s| s.open_api_v3_schema.as_mut())
         .and_then(|s| s.properties.as_mut())
         .and_then(|p| p.get_mut("spec"))
         .expect("the CRD has a schema of its spec");
     relax(spec);
-    let _exclusive = SCHEMA.write().await;
-    testing::install_crds(client, &[relaxed])
+    let mut with_unvalidated = crd.clone();
+    with_unvalidated.spec.versions.push(unvalidated);
+    testing::install_crds(client, &[with_unvalidated])
         .await
-        .expect("the relaxed CRD installs");
-    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+        .expect("the CRD with an unvalidated version installs");
+    let resource = kube::discovery::ApiResource {
+        group: K::group(&()).into_owned(),
+        version: UNVALIDATED.into(),
+        api_version: format!("{}/{UNVALIDATED}", K::group(&())),
+        kind: K::kind(&()).into_owned(),
+        plural: K::plural(&()).into_owned(),
+    };
+    let mut value = serde_json::to_value(object).expect("the object serializes");
+    value["apiVersion"] = resource.api_version.clone().into();
+    let dynamic: kube::api::DynamicObject = serde_json::from_value(value).expect("a Kubernetes object");
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    // The apiserver serves a new version shortly after the update, not with it.
     let start = std::time::Instant::now();
     let stored = loop {
-        match api.create(&kube::api::PostParams::default(), object).await {
-            Err(kube::Error::Api(s)) if s.code == 422 && start.elapsed() < Duration::from_secs(15) => {
+        match api.create(&kube::api::PostParams::default(), &dynamic).await {
+            Err(kube::Error::Api(s)) if s.code == 404 && start.elapsed() < Duration::from_secs(15) => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             other => break other,
         }
     };
-    testing::install_crds(client, &all_crds())
+    // Applied as it was, the CRD loses the version this field manager added.
+    testing::install_crds(client, &[crd])
         .await
-        .expect("the CRDs are restored");
-    stored.expect("the relaxed schema takes the object");
+        .expect("the CRD is restored");
+    stored.expect("the unvalidated version takes the object");
 }
 
 /// A Network of the given prefix and gateway.
