@@ -24,6 +24,9 @@ pub mod settings;
 pub mod status;
 pub mod table;
 
+#[cfg(test)]
+mod scenarios;
+
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;

@@ -119,6 +119,17 @@ pub struct Context<K: Resource> {
 }
 
 impl<K: Object> Context<K> {
+    /// A context apart from a running controller, for scenario tests of a reconcile.
+    #[cfg(test)]
+    pub(crate) fn new(client: Client, events: Events, metrics: Arc<Metrics>) -> Self {
+        Self {
+            client,
+            events,
+            own_writes: OwnWrites::default(),
+            metrics,
+        }
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }

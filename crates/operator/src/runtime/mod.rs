@@ -36,6 +36,8 @@ pub mod manager;
 pub mod metrics;
 pub mod own_writes;
 pub mod requests;
+#[cfg(test)]
+pub(crate) mod scenario;
 pub mod server;
 pub mod status;
 pub mod watch;
