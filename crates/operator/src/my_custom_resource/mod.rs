@@ -192,3 +192,109 @@ mod tests {
         assert!(index.get(&key("a", "funny-joe")).is_empty());
     }
 }
+
+/// The reconcile over a scripted API server ([`crate::runtime::scenario`]), its Pods in a cache
+/// the test fills: status written only when it changes, an Event on each transition only.
+#[cfg(test)]
+mod scenarios {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+    use sample_operator_api::{MyCustomResource, MyCustomResourceSpec};
+
+    use super::MyCustomResourceReconciler;
+    use super::pods::PodCache;
+    use crate::runtime::Reconciler;
+    use crate::runtime::scenario::{ApiServer, Sent, event_reasons, with_status};
+
+    const STATUS: &str = "/apis/poc.test.domain/v1/namespaces/team/mycustomresources/example/status";
+
+    fn pod(deleting: bool) -> PartialObjectMeta<Pod> {
+        ObjectMeta {
+            name: Some("friend".into()),
+            namespace: Some("team".into()),
+            deletion_timestamp: deleting.then(|| Time(k8s_openapi::jiff::Timestamp::now())),
+            ..ObjectMeta::default()
+        }
+        .into_response_partial()
+    }
+
+    /// One reconcile of `mcr`: what it sent, and the resource as its status write left it.
+    async fn reconcile(
+        api: &ApiServer,
+        reconciler: &MyCustomResourceReconciler,
+        mcr: MyCustomResource,
+    ) -> (Vec<Sent>, MyCustomResource) {
+        let (ctx, events) = api.context::<MyCustomResource>();
+        reconciler.reconcile(Arc::new(mcr.clone()), &ctx).await.unwrap();
+        let sent = api.finish(ctx, events).await;
+        let after = match sent.iter().find(|s| s.is("PATCH", STATUS)) {
+            Some(write) => serde_json::from_value(with_status(&mcr, &write.body)).unwrap(),
+            None => mcr,
+        };
+        (sent, after)
+    }
+
+    /// (writes of the status, Event reasons, Healthy) of one reconcile.
+    fn summary(sent: &[Sent], mcr: &MyCustomResource) -> (usize, Vec<String>, bool) {
+        let writes = sent
+            .iter()
+            .filter(|s| s.is_write() && s.event_reason().is_none())
+            .count();
+        let healthy = mcr.status.as_ref().is_some_and(|s| s.healthy);
+        (writes, event_reasons(sent), healthy)
+    }
+
+    #[tokio::test]
+    async fn status_follows_the_pod_with_one_write_and_one_event_per_transition() {
+        let mut mcr = MyCustomResource::new(
+            "example",
+            MyCustomResourceSpec {
+                name: "friend".into(),
+            },
+        );
+        mcr.metadata.namespace = Some("team".into());
+        mcr.metadata.uid = Some("mcr-uid".into());
+        mcr.metadata.generation = Some(1);
+        let answering = mcr.clone();
+        let api = ApiServer::new(move |sent| {
+            sent.is("PATCH", STATUS)
+                .then(|| (200, with_status(&answering, &sent.body)))
+        });
+        let (store, mut writer) = reflector::store::<PartialObjectMeta<Pod>>();
+        let reconciler = MyCustomResourceReconciler {
+            pods: PodCache::Metadata(store),
+        };
+        let missing = || (1, vec!["FriendMissing".to_owned()], false);
+        let found = || (1, vec!["FriendFound".to_owned()], true);
+        let nothing = |healthy| (0, Vec::<String>::new(), healthy);
+
+        // No Pod: unhealthy, said once.
+        let (sent, mcr) = reconcile(&api, &reconciler, mcr).await;
+        assert_eq!(summary(&sent, &mcr), missing());
+        let (sent, mcr) = reconcile(&api, &reconciler, mcr).await;
+        assert_eq!(summary(&sent, &mcr), nothing(false));
+
+        // The Pod appears: healthy, said once.
+        writer.apply_watcher_event(&Event::Apply(pod(false)));
+        let (sent, mcr) = reconcile(&api, &reconciler, mcr).await;
+        assert_eq!(summary(&sent, &mcr), found());
+        let (sent, mcr) = reconcile(&api, &reconciler, mcr).await;
+        assert_eq!(summary(&sent, &mcr), nothing(true));
+
+        // Being deleted, it is no friend: unhealthy again, said once.
+        writer.apply_watcher_event(&Event::Apply(pod(true)));
+        let (sent, mcr) = reconcile(&api, &reconciler, mcr).await;
+        assert_eq!(summary(&sent, &mcr), missing());
+        // Gone: the message says so, under the same reason, so no Event.
+        writer.apply_watcher_event(&Event::Delete(pod(true)));
+        let (sent, mcr) = reconcile(&api, &reconciler, mcr).await;
+        assert_eq!(summary(&sent, &mcr), (1, Vec::new(), false));
+        let (sent, mcr) = reconcile(&api, &reconciler, mcr).await;
+        assert_eq!(summary(&sent, &mcr), nothing(false));
+    }
+}
