@@ -28,6 +28,9 @@ pub mod metrics;
 pub mod policy;
 pub mod status;
 
+#[cfg(test)]
+mod scenarios;
+
 use std::sync::Arc;
 use std::time::Duration;
 
