@@ -348,6 +348,15 @@ fn run_tests(
     }
     println!("== cargo-nextest {}", nextest::VERSION);
     let nextest = phases.time("cargo-nextest", nextest::ensure)?;
+    // Built here, once and with progress, rather than by the first test that needs each.
+    println!("== the tests' tools: helm, Prometheus and promtool, kube-score, the Prometheus Operator's CRDs");
+    phases.time("the tests' tools", || -> Result<()> {
+        toolchain::helm()?;
+        toolchain::prometheus()?;
+        toolchain::kube_score()?;
+        toolchain::prometheus_operator_crds()?;
+        Ok(())
+    })?;
     println!("== local cluster");
     // The real node's tests need root and a few kernel features; where they are missing the
     // tests say so and skip, and this says why up front.

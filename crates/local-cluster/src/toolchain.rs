@@ -336,6 +336,20 @@ fn build(module: &Module) -> Result<PathBuf> {
     if names.iter().all(|n| dest.join(n).is_file()) {
         return Ok(dest);
     }
+    // Test processes run at once, and several may need the same tool: one builds it, the
+    // others wait for it and then find it built.
+    std::fs::create_dir_all(paths::cache_dir().join("bin")).map_err(|e| Error::io(&dest, e))?;
+    let lock_path = dest.with_extension("lock");
+    let lock = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::io(&lock_path, e))?;
+    lock.lock().map_err(|e| Error::io(&lock_path, e))?;
+    if names.iter().all(|n| dest.join(n).is_file()) {
+        return Ok(dest);
+    }
     let staging = dest.with_extension("partial");
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;

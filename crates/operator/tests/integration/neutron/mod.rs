@@ -700,7 +700,8 @@ async fn networks_beyond_a_page_converge_resync_by_listing_and_restart_without_w
     // Pages of one listing of the cluster's n networks (or subnets): a full last page is
     // followed by an empty one.
     let pages = n / PAGE_LIMIT + 1;
-    let resync = Duration::from_secs(20);
+    // Long enough for a listing of all their pages, short enough for the waits below.
+    let resync = Duration::from_secs(testing::sized(10, 20));
     let Scene(_, bed, admin, ns, api) = Scene::new("neutron-paged").await;
     for i in 0..n {
         let (hi, lo) = (i / 256, i % 256);
