@@ -349,7 +349,9 @@ fn run_tests(
     println!("== cargo-nextest {}", nextest::VERSION);
     let nextest = phases.time("cargo-nextest", nextest::ensure)?;
     // Built here, once and with progress, rather than by the first test that needs each.
-    println!("== the tests' tools: helm, Prometheus and promtool, kube-score, the Prometheus Operator's CRDs");
+    println!(
+        "== the tests' tools: helm, Prometheus and promtool, kube-score, the Prometheus Operator's CRDs"
+    );
     phases.time("the tests' tools", || -> Result<()> {
         toolchain::helm()?;
         toolchain::prometheus()?;
