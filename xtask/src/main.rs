@@ -450,18 +450,18 @@ fn run_tests(
     if scale {
         env.push((local_cluster::testing::SCALE_VARIABLE, "full"));
     }
+    if whole {
+        // nextest runs no doc tests; they run first, being quick.
+        phases.time("doc tests", || {
+            cargo_step("doc tests", &["test", "--workspace", "--doc", "--locked"])
+        })?;
+    }
     println!("== tests: cargo {}", args.join(" "));
     let tested = phases.time("tests (nextest: build and run)", || {
         run(nextest.as_os_str(), &args, &env).context("tests failed")
     });
     let skips = skipped_tests(&skip_log);
     tested?;
-    if whole {
-        // nextest runs no doc tests.
-        phases.time("doc tests", || {
-            cargo_step("doc tests", &["test", "--workspace", "--doc", "--locked"])
-        })?;
-    }
     // On this local cluster every test can run, but the real node's where the machine cannot
     // run one: any other skip is a failure, not a note.
     let unexpected: Vec<&String> = skips

@@ -49,11 +49,12 @@ pub fn ensure() -> Result<PathBuf> {
     Ok(binary)
 }
 
-/// One test's time, as nextest's JUnit report gives it.
+/// One test's time and outcome, as nextest's JUnit report gives them.
 #[derive(Debug, PartialEq)]
 pub struct Timed {
     pub name: String,
     pub time: Duration,
+    pub failed: bool,
 }
 
 /// The tests of a nextest JUnit report (`<testcase name=".." classname=".." time="..">`), each
@@ -76,9 +77,12 @@ fn parse_junit(text: &str) -> Vec<Timed> {
                 Some(unescape(&value[..value.find('"')?]))
             };
             let seconds: f64 = attribute("time")?.parse().ok()?;
+            // What the test case holds, up to the next one: a failure or an error element.
+            let body = case.split("</testcase>").next().unwrap_or(case);
             Some(Timed {
                 name: format!("{} {}", attribute("classname")?, attribute("name")?),
                 time: Duration::from_secs_f64(seconds),
+                failed: body.contains("<failure") || body.contains("<error"),
             })
         })
         .collect();
@@ -105,7 +109,9 @@ mod tests {
     <testsuite name="sample-operator::integration" tests="2" disabled="0" errors="0" failures="0">
         <testcase name="neutron::a &amp; b" classname="sample-operator::integration" timestamp="2026-11-28T19:00:00Z" time="3.250">
         </testcase>
-        <testcase name="foo::quick" classname="sample-operator::integration" timestamp="2026-11-28T19:00:00Z" time="0.500"/>
+        <testcase name="foo::quick" classname="sample-operator::integration" timestamp="2026-11-28T19:00:00Z" time="0.500">
+            <failure type="test failure with exit code 101">thread panicked</failure>
+        </testcase>
     </testsuite>
     <testsuite name="xtask::demo" tests="1">
         <testcase name="the_demo_runs_every_scene" classname="xtask::demo" time="9.000">
@@ -124,5 +130,7 @@ mod tests {
             ]
         );
         assert_eq!(tests[1].time, Duration::from_millis(3250));
+        let failed: Vec<bool> = tests.iter().map(|t| t.failed).collect();
+        assert_eq!(failed, [false, false, true]);
     }
 }

@@ -50,6 +50,9 @@ impl Phases {
         for test in tests.iter().take(10) {
             println!("    {:>8}  {}", seconds(test.time), test.name);
         }
+        // The run's count in one plain line, last, whatever ran before it.
+        let failed = tests.iter().filter(|t| t.failed).count();
+        println!("tests: {} passed, {failed} failed", tests.len() - failed);
     }
 }
 
@@ -82,6 +85,7 @@ mod tests {
         let timed = |name: &str, secs| Timed {
             name: name.into(),
             time: Duration::from_secs(secs),
+            failed: false,
         };
         let tests = [
             timed("sample-operator::integration neutron::a", 30),
