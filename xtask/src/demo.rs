@@ -567,10 +567,11 @@ fn neutron_steps(demo: &Demo, bed: &OpenStack) -> Result<()> {
         "-c",
         "allocation_pools",
     ];
+    // By its name: the project may hold other networks (other clusters', other tests').
     show_openstack(
         bed,
         &[
-            "network", "list", "--long", "-c", "Name", "-c", "Subnets", "-c", "Tags",
+            "network", "list", "--name", &name, "--long", "-c", "Name", "-c", "Subnets", "-c", "Tags",
         ],
     )?;
     show_openstack(bed, &subnet_show)?;
@@ -591,7 +592,10 @@ fn neutron_steps(demo: &Demo, bed: &OpenStack) -> Result<()> {
 
     println!("\n== Neutron: deleting the Network removes it from Neutron, then from Kubernetes");
     demo.show(&["delete", "-n", NEUTRON_NAMESPACE, network, "--wait=true"])?;
-    show_openstack(bed, &["network", "list", "-c", "Name", "-c", "Subnets"])?;
+    show_openstack(
+        bed,
+        &["network", "list", "--name", &name, "-c", "Name", "-c", "Subnets"],
+    )?;
     Ok(())
 }
 

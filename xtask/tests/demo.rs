@@ -202,10 +202,10 @@ const SCENES: &[Scene] = &[
         header: "Neutron: deleting the Network removes it from Neutron",
         shows: &[
             "network.samplecrd.k8s.io \"example-network\" deleted",
-            // Then an empty list, `(nothing)`, or the networks of others.
-            "$ openstack network list -c Name -c Subnets",
+            // Then an empty list.
+            "$ openstack network list --name demo-neutron/example-network -c Name -c Subnets",
         ],
-        hides: &["demo-neutron/example-network"],
+        hides: &["| demo-neutron/example-network"],
     },
 ];
 

@@ -76,6 +76,17 @@ fn writes(sent: &[Sent]) -> Vec<String> {
         .collect()
 }
 
+/// One reconcile of `foo` over `api`: its result, and every request it sent (its Events too).
+async fn reconcile(
+    api: &ApiServer,
+    table: &DeploymentTable,
+    foo: &Foo,
+) -> (Result<Action, Error>, Vec<Sent>) {
+    let (ctx, events) = api.context::<Foo>();
+    let result = reconciler(table).reconcile(Arc::new(foo.clone()), &ctx).await;
+    (result, api.finish(ctx, events).await)
+}
+
 #[tokio::test]
 async fn a_new_foo_gets_its_deployment_a_status_and_one_event_then_nothing_more() {
     let foo = foo("web", 2);
@@ -88,13 +99,9 @@ async fn a_new_foo_gets_its_deployment_a_status_and_one_event_then_nothing_more(
         status_write(&answering, sent)
     });
 
-    let (ctx, events) = api.context::<Foo>();
-    let action = reconciler(&table)
-        .reconcile(Arc::new(foo.clone()), &ctx)
-        .await
-        .unwrap();
+    let (result, sent) = reconcile(&api, &table, &foo).await;
+    let action = result.unwrap();
     assert_eq!(action, Action::await_change());
-    let sent = api.finish(ctx, events).await;
     assert_eq!(
         writes(&sent),
         [format!("POST {DEPLOYMENTS}"), format!("PATCH {STATUS}")]
@@ -110,12 +117,8 @@ async fn a_new_foo_gets_its_deployment_a_status_and_one_event_then_nothing_more(
     let deployment: Deployment = serde_json::from_value(json!(created_from(&sent))).unwrap();
     table.apply(&Event::Apply(CachedDeployment::from(deployment)));
     let settled = after_status_write(&foo, &sent);
-    let (ctx, events) = api.context::<Foo>();
-    reconciler(&table)
-        .reconcile(Arc::new(settled), &ctx)
-        .await
-        .unwrap();
-    let sent = api.finish(ctx, events).await;
+    let (result, sent) = reconcile(&api, &table, &settled).await;
+    result.unwrap();
     assert!(sent.is_empty(), "a converged Foo sends nothing: {sent:#?}");
 }
 
@@ -154,17 +157,13 @@ async fn a_deployment_the_foo_does_not_own_is_reported_once_and_never_written() 
         status_write(&answering, sent)
     });
 
-    let (ctx, events) = api.context::<Foo>();
-    let error = reconciler(&table)
-        .reconcile(Arc::new(foo.clone()), &ctx)
-        .await
-        .unwrap_err();
+    let (result, sent) = reconcile(&api, &table, &foo).await;
+    let error = result.unwrap_err();
     assert!(
         matches!(error, Error::ResourceExists(ref name) if name == "someone-elses"),
         "{error}"
     );
     assert!(!error.is_terminal(), "retried: the Deployment may go");
-    let sent = api.finish(ctx, events).await;
     assert_eq!(
         writes(&sent),
         [format!("POST {DEPLOYMENTS}"), format!("PATCH {STATUS}")]
@@ -177,13 +176,9 @@ async fn a_deployment_the_foo_does_not_own_is_reported_once_and_never_written() 
     // Retried while it is still in the way: the create is refused again, and the status and
     // the Warning stand as they are.
     let reported = after_status_write(&foo, &sent);
-    let (ctx, events) = api.context::<Foo>();
-    let error = reconciler(&table)
-        .reconcile(Arc::new(reported), &ctx)
-        .await
-        .unwrap_err();
+    let (result, sent) = reconcile(&api, &table, &reported).await;
+    let error = result.unwrap_err();
     assert!(matches!(error, Error::ResourceExists(_)), "{error}");
-    let sent = api.finish(ctx, events).await;
     assert_eq!(writes(&sent), [format!("POST {DEPLOYMENTS}")], "no new status");
     assert!(event_reasons(&sent).is_empty(), "no new event: {sent:#?}");
 }
@@ -195,13 +190,9 @@ async fn an_invalid_spec_is_reported_once_and_waits_for_a_change() {
     let answering = foo.clone();
     let api = ApiServer::new(move |sent| status_write(&answering, sent));
 
-    let (ctx, events) = api.context::<Foo>();
-    let error = reconciler(&table)
-        .reconcile(Arc::new(foo.clone()), &ctx)
-        .await
-        .unwrap_err();
+    let (result, sent) = reconcile(&api, &table, &foo).await;
+    let error = result.unwrap_err();
     assert!(error.is_terminal(), "{error}");
-    let sent = api.finish(ctx, events).await;
     assert_eq!(
         writes(&sent),
         [format!("PATCH {STATUS}")],
@@ -218,13 +209,9 @@ async fn an_invalid_spec_is_reported_once_and_waits_for_a_change() {
     );
 
     let reported = after_status_write(&foo, &sent);
-    let (ctx, events) = api.context::<Foo>();
-    let error = reconciler(&table)
-        .reconcile(Arc::new(reported), &ctx)
-        .await
-        .unwrap_err();
+    let (result, sent) = reconcile(&api, &table, &reported).await;
+    let error = result.unwrap_err();
     assert!(error.is_terminal());
-    let sent = api.finish(ctx, events).await;
     assert!(sent.is_empty(), "reported already: {sent:#?}");
 }
 
@@ -261,9 +248,8 @@ async fn a_renamed_deployment_is_removed_exactly_and_a_foreign_one_is_left() {
         })
     });
 
-    let (ctx, events) = api.context::<Foo>();
-    reconciler(&table).reconcile(Arc::new(foo), &ctx).await.unwrap();
-    let sent = api.finish(ctx, events).await;
+    let (result, sent) = reconcile(&api, &table, &foo).await;
+    result.unwrap();
     assert_eq!(writes(&sent), [format!("DELETE {DEPLOYMENTS}/old")]);
     let delete = &sent[0].body;
     assert_eq!(
