@@ -280,20 +280,27 @@ pub async fn store_despite_schema<K>(
             other => break other,
         }
     };
-    let stored = stored.expect("the unvalidated version takes the object");
     // Its managed fields name the version it was created through, which a server-side apply
     // must convert to: they are reset through the real version (which lets an update leave the
     // invalid fields as they are) before that version goes.
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let reset = kube::api::Patch::Merge(serde_json::json!({ "metadata": { "managedFields": [{}] } }));
-    let name = stored.metadata.name.clone().expect("a name");
-    api.patch(&name, &kube::api::PatchParams::default(), &reset)
-        .await
-        .expect("the managed fields reset");
-    // Applied as it was, the CRD loses the version this field manager added.
+    let reset = match &stored {
+        Ok(created) => {
+            let name = created.metadata.name.clone().unwrap_or_default();
+            Some(api.patch(&name, &kube::api::PatchParams::default(), &reset).await)
+        }
+        Err(_) => None,
+    };
+    // Applied as it was, the CRD loses the version this field manager added, also when the
+    // object could not be stored.
     testing::install_crds(client, &[crd])
         .await
         .expect("the CRD is restored");
+    stored.expect("the unvalidated version takes the object");
+    if let Some(reset) = reset {
+        reset.expect("the managed fields reset");
+    }
 }
 
 /// A Network of the given prefix and gateway.
