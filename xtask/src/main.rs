@@ -40,7 +40,7 @@ enum Cmd {
     Test {
         /// Run the tests whose subject is scale at their full sizes: 1,000 Networks through
         /// Neutron's pages, 10,000 blocked Foos coming and going, the test bed's own 3-minute
-        /// tokens (an hour or more on 2 cores).
+        /// tokens. Far longer than the default sizes.
         #[arg(long)]
         scale: bool,
         /// Extra arguments for `cargo nextest run`, such as a test name filter; formatting, lints
