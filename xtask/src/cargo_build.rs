@@ -1,5 +1,5 @@
-//! Builds of our operator that the commands run: the demo's and the image's (dev or release),
-//! the benchmark's (release).
+//! Builds of our operator that the commands run: the static one the demo runs on this host and
+//! the image holds (dev or release), the benchmark's (release, for this host).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

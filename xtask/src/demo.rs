@@ -117,6 +117,13 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
         state.keystone_url, state.neutron_url
     );
     println!(
+        "\n== building the operator: one static binary, for this host and for its image (the first \
+         build compiles its dependencies for {}, a few minutes)",
+        crate::cargo_build::STATIC_TARGET
+    );
+    let binary = crate::cargo_build::operator_static("dev", false)?;
+    println!("{}", binary.display());
+    println!(
         "\n== starting the operator (logs in {})",
         cluster.logs_dir().join("sample-operator.log").display()
     );
@@ -157,7 +164,13 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
     println!("\n== done. The cluster keeps running; `cargo xtask cluster down` stops it.");
     println!("Run the operator yourself with:");
     println!("  export KUBECONFIG={}", cluster.kubeconfig().display());
-    println!("  cargo run -p sample-operator -- run");
+    println!(
+        "  {} run",
+        crate::cargo_build::target_dir()
+            .join(crate::cargo_build::STATIC_TARGET)
+            .join("debug/sample-operator")
+            .display()
+    );
     Ok(())
 }
 
@@ -704,7 +717,8 @@ fn neutron_operator_args(bed: &OpenStack) -> Vec<String> {
 
 /// Builds the operator and starts it against the local cluster, logging to the cluster's logs.
 fn start_operator(cluster: &LocalCluster, args: &[String], log: &str) -> Result<Child> {
-    let binary = crate::cargo_build::operator("dev", true)?;
+    // The build above's binary, which the image holds too: cargo finds it fresh.
+    let binary = crate::cargo_build::operator_static("dev", true)?;
     let log = std::fs::File::create(cluster.logs_dir().join(log))?;
     let child = Command::new(binary)
         .args(args)

@@ -44,6 +44,11 @@ const SCENES: &[Scene] = &[
         hides: &[],
     },
     Scene {
+        header: "building the operator: one static binary, for this host and for its image",
+        shows: &["x86_64-unknown-linux-musl/debug/sample-operator"],
+        hides: &[],
+    },
+    Scene {
         header: "starting the operator",
         shows: &[
             "$ sample-operator run…--controllers=network,foo,foo-example,my-custom-resource…--namespace=demo",
@@ -254,7 +259,7 @@ const DONE: Scene = Scene {
     header: "done.",
     shows: &[
         "export KUBECONFIG=…kubeconfig",
-        "cargo run -p sample-operator -- run",
+        "x86_64-unknown-linux-musl/debug/sample-operator run",
     ],
     hides: &[],
 };

@@ -121,11 +121,15 @@ pub async fn config() -> kube::Config {
         .expect("a configuration for the local cluster")
 }
 
-/// A namespace of one test's own. It is deleted by [`TestNamespace::delete`], which a test
-/// calls at its end, so a failed test leaves its objects behind for inspection.
+/// A namespace of one test's own, and its guard: when the test passes, dropping it deletes the
+/// namespace with all it holds; when the test fails (the guard drops while a panic unwinds), the
+/// namespace stays, named on stderr, so that its objects and Events can be read to understand
+/// why. No test deletes its namespace by hand.
 pub struct TestNamespace {
     pub name: String,
     client: Client,
+    /// For the deletion on drop, which needs a client of its own (see [`Drop`]).
+    config: kube::Config,
 }
 
 impl TestNamespace {
@@ -154,6 +158,7 @@ impl TestNamespace {
         Self {
             name,
             client: client.clone(),
+            config: config().await,
         }
     }
 
@@ -164,11 +169,68 @@ impl TestNamespace {
     {
         Api::namespaced(self.client.clone(), &self.name)
     }
+}
 
-    pub async fn delete(self) {
-        let _ = Api::<Namespace>::all(self.client)
-            .delete(&self.name, &DeleteParams::background())
-            .await;
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "the test failed: namespace {} is kept for inspection (kubectl get all,events -n {0})",
+                self.name
+            );
+            return;
+        }
+        // The test's client cannot serve here: its connection tasks run on the test's runtime,
+        // which this synchronous drop blocks. A thread with a runtime and a client of its own
+        // deletes the namespace, in the background, as the apiserver then does.
+        let (name, config) = (self.name.clone(), self.config.clone());
+        let deleted = std::thread::spawn(move || -> std::result::Result<(), String> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let client = Client::try_from(config).map_err(|e| e.to_string())?;
+                match Api::<Namespace>::all(client)
+                    .delete(&name, &DeleteParams::background())
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    Err(e) => Err(format!("deleting namespace {name}: {e}")),
+                }
+            })
+        })
+        .join();
+        match deleted {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("{e}"),
+            Err(_) => eprintln!("deleting namespace {} panicked", self.name),
+        }
+    }
+}
+
+/// The tests' one poller: runs `check` every 200 ms until it returns a value, for at most
+/// `timeout`; `None` when the time ran out first. [`eventually`] and [`wait_for`] are its two
+/// faces; a test that waits for something other than these uses it directly.
+pub async fn poll<T>(timeout: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return Some(value);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// [`poll`], ending the test with `what` when `check` returns no value within `timeout`.
+pub async fn eventually<T>(what: &str, timeout: Duration, check: impl AsyncFnMut() -> Option<T>) -> T {
+    match poll(timeout, check).await {
+        Some(value) => value,
+        None => panic!("not within {timeout:?}: {what}"),
     }
 }
 
@@ -185,23 +247,22 @@ pub async fn wait_for<K>(
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
 {
-    let start = Instant::now();
-    loop {
-        let last_seen = match api.get_opt(name).await {
-            Ok(Some(obj)) if done(&obj) => return Ok(obj),
-            Ok(Some(obj)) => describe(&obj),
-            Ok(None) => format!("{name} does not exist"),
-            Err(e) => format!("error: {e}"),
-        };
-        if start.elapsed() > timeout {
-            return Err(Error::Timeout {
-                what: format!("{name}: {what}"),
-                seconds: timeout.as_secs(),
-                last_seen,
-            });
+    let mut last_seen = String::new();
+    let found = poll(timeout, async || {
+        match api.get_opt(name).await {
+            Ok(Some(obj)) if done(&obj) => return Some(obj),
+            Ok(Some(obj)) => last_seen = describe(&obj),
+            Ok(None) => last_seen = format!("{name} does not exist"),
+            Err(e) => last_seen = format!("error: {e}"),
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        None
+    })
+    .await;
+    found.ok_or_else(|| Error::Timeout {
+        what: format!("{name}: {what}"),
+        seconds: timeout.as_secs(),
+        last_seen,
+    })
 }
 
 /// Waits until `name` no longer exists.
@@ -209,20 +270,24 @@ pub async fn wait_for_deletion<K>(api: &Api<K>, name: &str, timeout: Duration) -
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
 {
-    let start = Instant::now();
-    loop {
-        match api.get_opt(name).await {
-            Ok(None) => return Ok(()),
-            Ok(Some(obj)) if start.elapsed() > timeout => {
-                return Err(Error::Timeout {
-                    what: format!("{name} to be deleted"),
-                    seconds: timeout.as_secs(),
-                    last_seen: describe(&obj),
-                });
-            }
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+    let mut last_seen = String::new();
+    let gone = poll(timeout, async || match api.get_opt(name).await {
+        Ok(None) => Some(()),
+        Ok(Some(obj)) => {
+            last_seen = describe(&obj);
+            None
         }
-    }
+        Err(e) => {
+            last_seen = format!("error: {e}");
+            None
+        }
+    })
+    .await;
+    gone.ok_or_else(|| Error::Timeout {
+        what: format!("{name} to be deleted"),
+        seconds: timeout.as_secs(),
+        last_seen,
+    })
 }
 
 /// An object as YAML without its managed fields, for error messages.

@@ -1,8 +1,8 @@
-//! The API server going away under a running operator. A test binary of its own: cargo runs
-//! test binaries one after another, so the outage cannot disturb the other suites.
+//! The API server going away under a running operator. A test binary of its own, which
+//! .config/nextest.toml runs alone, so the outage cannot disturb the other suites.
 
-#[path = "integration/support.rs"]
-#[allow(dead_code)]
+#[path = "integration/support/mod.rs"]
+#[allow(dead_code, unused_imports)]
 mod support;
 
 use std::time::Duration;
@@ -92,5 +92,4 @@ async fn the_operator_reconnects_after_an_apiserver_restart_and_converges() {
         assert_eq!(owners[0].name, d.name_any());
     }
     operator.stop().await;
-    ns.delete().await;
 }

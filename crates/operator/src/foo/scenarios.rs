@@ -258,3 +258,91 @@ async fn a_renamed_deployment_is_removed_exactly_and_a_foreign_one_is_left() {
     );
     assert_eq!(event_reasons(&sent), ["Synced"]);
 }
+
+/// The runtime's retries of a Foo whose Deployment name another owner holds, on tokio's paused
+/// clock: reported once, then retried ever more rarely (the default backoff, from 250 ms
+/// doubling), each retry one refused create and nothing else; once the other Deployment is gone
+/// (at 20 s here, with no watch to say so), the first retry after that takes the name. On the
+/// cluster, the watch takes it at once instead (`foo::a_conflict_backs_off_and_ends_as_soon_as_
+/// the_foreign_deployment_goes`).
+#[tokio::test(start_paused = true)]
+async fn a_conflict_is_retried_ever_more_rarely_with_one_create_each_and_reported_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    let foo = foo("someone-elses", 1);
+    let foreign = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": "someone-elses", "namespace": NAMESPACE, "uid": "foreign-uid", "resourceVersion": "5" },
+        "spec": { "replicas": 1, "selector": { "matchLabels": { "app": "theirs" } },
+                  "template": { "metadata": { "labels": { "app": "theirs" } },
+                                "spec": { "containers": [{ "name": "app", "image": "theirs:1" }] } } },
+    });
+    let blocked = Arc::new(AtomicBool::new(true));
+    let answering = (foo.clone(), blocked.clone());
+    let api = ApiServer::new(move |sent| {
+        let (foo, blocked) = &answering;
+        if sent.is("POST", DEPLOYMENTS) {
+            if !blocked.load(Ordering::SeqCst) {
+                return Some((201, created(&sent.body, "deployment-uid")));
+            }
+            let message = "deployments.apps \"someone-elses\" already exists";
+            return Some((409, failure(409, "AlreadyExists", message)));
+        }
+        if sent.is("GET", &format!("{DEPLOYMENTS}/someone-elses")) {
+            return blocked.load(Ordering::SeqCst).then(|| (200, foreign.clone()));
+        }
+        status_write(foo, sent)
+    });
+    let gone_at = Duration::from_secs(20);
+
+    let (retries, events) = crate::runtime::controller::retries(
+        &api,
+        reconciler(&DeploymentTable::default()),
+        foo,
+        Duration::from_secs(60),
+        |at| blocked.store(at < gone_at, Ordering::SeqCst),
+    )
+    .await;
+
+    let times: Vec<u128> = retries.iter().map(|r| r.at.as_millis()).collect();
+    assert_eq!(
+        times,
+        [0, 250, 750, 1_750, 3_750, 7_750, 15_750, 31_750],
+        "from 250 ms, doubling"
+    );
+    let (first, rest) = retries.split_first().unwrap();
+    assert_eq!(
+        writes(&first.sent),
+        [format!("POST {DEPLOYMENTS}"), format!("PATCH {STATUS}")],
+        "the first conflict is reported"
+    );
+    let (blocked_retries, after) = rest.split_at(rest.len() - 1);
+    for retry in blocked_retries {
+        assert_eq!(
+            writes(&retry.sent),
+            [format!("POST {DEPLOYMENTS}")],
+            "a retry at {:?} only tries the create again",
+            retry.at
+        );
+        assert!(!retry.succeeded);
+    }
+    // The cluster test's bound: blocked for 16 s, at most two writes in the next 4 s.
+    let late: usize = retries
+        .iter()
+        .filter(|r| (16_000..20_000).contains(&r.at.as_millis()))
+        .map(|r| writes(&r.sent).len())
+        .sum();
+    assert!(late <= 2, "{late} writes between 16 and 20 s");
+    let taken = &after[0];
+    assert!(taken.at >= gone_at && taken.succeeded, "taken at {:?}", taken.at);
+    assert_eq!(
+        writes(&taken.sent),
+        [format!("POST {DEPLOYMENTS}"), format!("PATCH {STATUS}")]
+    );
+    assert_eq!(
+        events,
+        ["ErrResourceExists", "Synced"],
+        "one Event per transition"
+    );
+}

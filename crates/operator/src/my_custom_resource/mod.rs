@@ -273,9 +273,17 @@ mod scenarios {
         let found = || (1, vec!["FriendFound".to_owned()], true);
         let nothing = |healthy| (0, Vec::<String>::new(), healthy);
 
-        // No Pod: unhealthy, said once.
+        // The Event of a transition: its type and note, from the operator's reporter.
+        let said = |sent: &[Sent]| {
+            let event = &sent.iter().find(|s| s.event_reason().is_some()).unwrap().body;
+            assert_eq!(event["reportingController"], crate::runtime::FIELD_MANAGER);
+            (event["type"].clone(), event["note"].clone())
+        };
+
+        // No Pod: unhealthy, said once, as a Warning.
         let (sent, mcr) = reconcile(&api, &reconciler, mcr).await;
         assert_eq!(summary(&sent, &mcr), missing());
+        assert_eq!(said(&sent).0, "Warning");
         let (sent, mcr) = reconcile(&api, &reconciler, mcr).await;
         assert_eq!(summary(&sent, &mcr), nothing(false));
 
@@ -283,6 +291,13 @@ mod scenarios {
         writer.apply_watcher_event(&Event::Apply(pod(false)));
         let (sent, mcr) = reconcile(&api, &reconciler, mcr).await;
         assert_eq!(summary(&sent, &mcr), found());
+        assert_eq!(
+            said(&sent),
+            (
+                "Normal".into(),
+                "Pod \"friend\" exists in namespace \"team\"".into()
+            )
+        );
         let (sent, mcr) = reconcile(&api, &reconciler, mcr).await;
         assert_eq!(summary(&sent, &mcr), nothing(true));
 

@@ -157,6 +157,10 @@ async fn a_prefix_outside_the_policy_never_reaches_the_backend_and_is_reported_o
         (status_writes(&sent), event_reasons(&sent)),
         (1, vec!["PrefixNotAllowed".into()])
     );
+    let message = &after.status.as_ref().unwrap().conditions[0].message;
+    assert!(message.contains("(loopback)"), "names the rule: {message}");
+    let event = &sent.iter().find(|s| s.event_reason().is_some()).unwrap().body;
+    assert_eq!(event["type"], "Warning");
     // Only taken out of it, in case an earlier policy let it in.
     assert_eq!(backend.take(), ["remove local"]);
 

@@ -269,10 +269,17 @@ impl<R: Reconciler> Runner<R> {
     }
 
     fn error_policy(&self, object: &R::Object, error: &Failure<R::Error>) -> Action {
+        self.retry_delay(object, error)
+            .map_or_else(Action::await_change, Action::requeue)
+    }
+
+    /// How long `object` waits before it is retried after `error`; `None` when it waits for a
+    /// change instead.
+    fn retry_delay(&self, object: &R::Object, error: &Failure<R::Error>) -> Option<Duration> {
         let object_name = describe(object);
         if error.is_terminal() {
             tracing::info!(controller = self.name, object = %object_name, reason = error.reason(), %error, "waiting for a change");
-            return Action::await_change();
+            return None;
         }
         let delay = self
             .backoff
@@ -283,8 +290,68 @@ impl<R: Reconciler> Runner<R> {
             .metrics
             .set_awaiting_retry(self.name, self.backoff.len());
         tracing::warn!(controller = self.name, object = %object_name, reason = error.reason(), %error, retry_in = ?delay, "reconcile failed");
-        Action::requeue(delay)
+        Some(delay)
     }
+}
+
+/// One reconcile in [`retries`]: when it ran (on tokio's clock, which the test pauses), the
+/// requests it sent but its Events, and whether it succeeded.
+#[cfg(test)]
+pub(crate) struct Retry {
+    pub at: Duration,
+    pub sent: Vec<super::scenario::Sent>,
+    pub succeeded: bool,
+}
+
+/// An object that keeps failing, reconciled over the scripted `api` as production retries it:
+/// through the same runner (own writes, backoff, error policy) with the default backoff, again
+/// after each delay its error policy asks for, until a reconcile succeeds, waits for a change,
+/// or `span` has passed. Before each reconcile, `world` may change what the apiserver answers,
+/// knowing the time. Run with tokio's clock paused (`start_paused`), it waits for nothing.
+/// Returns the reconciles and the reasons of the Events they recorded.
+#[cfg(test)]
+pub(crate) async fn retries<R: Reconciler>(
+    api: &super::scenario::ApiServer,
+    reconciler: R,
+    object: R::Object,
+    span: Duration,
+    mut world: impl FnMut(Duration),
+) -> (Vec<Retry>, Vec<String>) {
+    let (context, publisher) = api.context::<R::Object>();
+    let runner = Runner {
+        name: "scenario",
+        reconciler,
+        context,
+        backoff: Backoff::default(),
+        caches: Vec::new(),
+        stopping: futures::future::pending().boxed().shared(),
+    };
+    let object = Arc::new(object);
+    let start = tokio::time::Instant::now();
+    let (mut done, mut events) = (Vec::new(), Vec::new());
+    loop {
+        let at = start.elapsed();
+        world(at);
+        let result = runner.reconcile(object.clone()).await;
+        let delay = match &result {
+            Ok(_) => None,
+            Err(error) => runner.retry_delay(&object, error),
+        };
+        let (recorded, sent) = api.take().into_iter().partition(|s| s.event_reason().is_some());
+        events.extend(recorded);
+        done.push(Retry {
+            at,
+            sent,
+            succeeded: result.is_ok(),
+        });
+        match delay {
+            Some(delay) if at + delay <= span => tokio::time::sleep(delay).await,
+            _ => break,
+        }
+    }
+    let Runner { context, .. } = runner;
+    events.extend(api.finish(context, publisher).await);
+    (done, super::scenario::event_reasons(&events))
 }
 
 /// A reconcile's failure: the domain's error, or a panic the runtime caught.

@@ -71,7 +71,6 @@ async fn the_seeds_samples_apply_unchanged() {
         "funny-joe"
     );
     assert!(mcrs.get("my-custom-resource-02").await.is_ok());
-    ns.delete().await;
 }
 
 /// Creates `object` and returns the apiserver's refusal message, failing if it was accepted.
@@ -146,7 +145,6 @@ async fn invalid_foos_are_refused_naming_the_field() {
                 .unwrap();
         foos.create(&PostParams::default(), &ok).await.unwrap();
     }
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -180,7 +178,6 @@ async fn invalid_networks_are_refused_naming_the_field() {
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -258,5 +255,4 @@ async fn kubectl_lists_each_resource_with_its_printer_columns() {
         wide.lines().next().unwrap_or_default().contains("REASON"),
         "{wide}"
     );
-    ns.delete().await;
 }

@@ -697,7 +697,6 @@ async fn watching_one_namespace_the_operator_needs_only_the_charts_role() {
     // Its events were published with the Role's grants too.
     crate::support::wait_for_event(&client, &ns.name, "web", "Synced").await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 /// The chart's ClusterRoles and the plain manifests' grant the same, the rules for serving

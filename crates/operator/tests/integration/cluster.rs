@@ -40,7 +40,6 @@ async fn a_deployment_of_three_replicas_becomes_available() {
     )
     .await
     .unwrap();
-    ns.delete().await;
 }
 
 /// The local cluster's access is its owner's: the kubeconfigs and private keys are 0600, so

@@ -295,6 +295,4 @@ async fn the_workload_policy_confines_the_operators_service_account() {
         .delete(&policy_name, &DeleteParams::default())
         .await
         .unwrap();
-    allowed.delete().await;
-    forbidden.delete().await;
 }

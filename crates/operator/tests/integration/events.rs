@@ -58,7 +58,6 @@ async fn queued_events_are_published_before_the_run_ends() {
     notes.sort_by_key(|note| note.trim_start_matches("event ").parse::<usize>().ok());
     let expected: Vec<String> = (0..QUEUED).map(|i| format!("event {i}")).collect();
     assert_eq!(notes, expected, "every queued event is published, once");
-    ns.delete().await;
 }
 
 /// Repeats queued before the first is sent become one events.k8s.io Event with a `series`,
@@ -146,5 +145,4 @@ async fn repeats_are_written_as_one_event_series() {
         text.contains(r#"sample_operator_events_total{result="folded"} 2"#),
         "{text}"
     );
-    ns.delete().await;
 }

@@ -13,14 +13,14 @@ use sample_operator_api::{ExampleFoo, Foo, FooKind, FooSpec};
 use serde_json::json;
 
 use crate::support::{
-    Operator, assert_quiet_across_resyncs_and_restarts, client_with_crds, config, events_about,
-    store_despite_schema, wait_for_event,
+    Operator, WithConditions, assert_quiet_across_resyncs_and_restarts, client_with_crds, config,
+    events_about, ready_reason, store_despite_schema, wait_for_event,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A group the Foo is served in, as the scenarios that run in both see it.
-pub trait Group: FooKind {
+pub trait Group: FooKind + WithConditions {
     const CONTROLLER: ControllerName;
     /// Starts the names of the tests' namespaces.
     const PREFIX: &str;
@@ -83,18 +83,12 @@ fn foo(name: &str, deployment: &str, replicas: Option<i32>) -> Foo {
     new_foo(name, deployment, replicas)
 }
 
-pub fn ready(foo: &impl FooKind) -> Option<(String, String)> {
-    let status = foo.status()?;
-    let c = sample_operator_api::conditions::find(&status.conditions, "Ready")?;
-    Some((c.status.clone(), c.reason.clone()))
-}
-
 fn available(foo: &impl FooKind) -> i32 {
     foo.status().map_or(-1, |s| s.available_replicas)
 }
 
 /// Waits until the Foo reports `replicas` available and Ready, for its current generation.
-pub async fn wait_available<K: FooKind>(foos: &Api<K>, name: &str, replicas: i32) -> K {
+pub async fn wait_available<K: FooKind + WithConditions>(foos: &Api<K>, name: &str, replicas: i32) -> K {
     testing::wait_for(
         foos,
         name,
@@ -102,7 +96,7 @@ pub async fn wait_available<K: FooKind>(foos: &Api<K>, name: &str, replicas: i32
         TIMEOUT,
         |f| {
             available(f) == replicas
-                && ready(f) == Some(("True".into(), "Available".into()))
+                && ready_reason(f) == Some(("True".into(), "Available".into()))
                 && f.status().and_then(|s| s.observed_generation) == f.meta().generation
         },
     )
@@ -191,7 +185,6 @@ async fn a_foo_gets_an_owned_nginx_deployment_and_reports_availability<K: Group>
     assert_eq!(synced.type_.as_deref(), Some("Normal"));
     assert_eq!(synced.reporting_controller.as_deref(), Some("sample-operator"));
     operator.stop().await;
-    ns.delete().await;
 }
 
 async fn available_replicas_follow_scaling_up_and_down<K: Group>() {
@@ -215,7 +208,6 @@ async fn available_replicas_follow_scaling_up_and_down<K: Group>() {
     scale(&foos, "scaled", 1).await;
     wait_available(&foos, "scaled", 1).await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 async fn a_deployment_the_foo_does_not_own_is_left_alone_until_it_is_gone<K: Group>() {
@@ -236,7 +228,7 @@ async fn a_deployment_the_foo_does_not_own_is_left_alone_until_it_is_gone<K: Gro
     .unwrap();
 
     let f = testing::wait_for(&foos, "intruder", "ResourceExists", TIMEOUT, |f| {
-        ready(f) == Some(("False".into(), "ResourceExists".into()))
+        ready_reason(f) == Some(("False".into(), "ResourceExists".into()))
     })
     .await
     .unwrap();
@@ -281,7 +273,6 @@ async fn a_deployment_the_foo_does_not_own_is_left_alone_until_it_is_gone<K: Gro
     .unwrap();
     wait_available(&foos, "intruder", 1).await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 async fn deleting_a_foo_deletes_its_deployment<K: Group>() {
@@ -305,7 +296,6 @@ async fn deleting_a_foo_deletes_its_deployment<K: Group>() {
         .await
         .unwrap();
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -355,7 +345,6 @@ async fn hand_edits_of_managed_fields_are_reverted_and_others_kept() {
     );
     wait_available(&foos, "kept", 2).await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 async fn renaming_the_deployment_moves_the_workload<K: Group>() {
@@ -396,7 +385,7 @@ async fn renaming_the_deployment_moves_the_workload<K: Group>() {
         .await
         .unwrap();
     testing::wait_for(&foos, "mover", "ResourceExists", TIMEOUT, |f| {
-        ready(f).is_some_and(|r| r.1 == "ResourceExists")
+        ready_reason(f).is_some_and(|r| r.1 == "ResourceExists")
     })
     .await
     .unwrap();
@@ -414,7 +403,6 @@ async fn renaming_the_deployment_moves_the_workload<K: Group>() {
         "its own Deployment stays until the move can happen"
     );
     operator.stop().await;
-    ns.delete().await;
 }
 
 /// A Foo blocked by a foreign Deployment backs off to minutes between retries, so that many of
@@ -436,7 +424,7 @@ async fn a_conflict_backs_off_and_ends_as_soon_as_the_foreign_deployment_goes() 
         .await
         .unwrap();
     testing::wait_for(&foos, "blocked", "ResourceExists", TIMEOUT, |f| {
-        ready(f).is_some_and(|r| r.1 == "ResourceExists")
+        ready_reason(f).is_some_and(|r| r.1 == "ResourceExists")
     })
     .await
     .unwrap();
@@ -460,7 +448,6 @@ async fn a_conflict_backs_off_and_ends_as_soon_as_the_foreign_deployment_goes() 
     .await;
     wait_available(&foos, "blocked", 1).await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 /// 150 Foos with a 150 KB annotation each (22 MB of `kubectl apply`'s last-applied
@@ -514,7 +501,6 @@ async fn large_annotations_are_not_cached() {
     );
     assert!(bytes < 256 * 1024, "the cached Foos take {bytes} bytes");
     watch.abort();
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -548,7 +534,6 @@ async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
         }
     })
     .await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -565,7 +550,7 @@ async fn a_foo_that_slipped_past_admission_is_reported_and_not_retried() {
     let foos = ns.api::<Foo>();
 
     let f = testing::wait_for(&foos, "stale", "InvalidSpec", TIMEOUT, |f| {
-        ready(f) == Some(("False".into(), "InvalidSpec".into()))
+        ready_reason(f) == Some(("False".into(), "InvalidSpec".into()))
     })
     .await
     .unwrap();
@@ -588,7 +573,6 @@ async fn a_foo_that_slipped_past_admission_is_reported_and_not_retried() {
     scale(&foos, "stale", 2).await;
     wait_available(&foos, "stale", 2).await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -621,7 +605,7 @@ async fn many_foos_converge_including_in_a_namespace_created_later() {
 
     // One budget for all 201: under CI's load the late one once took more than a minute.
     let start = std::time::Instant::now();
-    let converged = |f: &Foo| available(f) == 1 && ready(f).is_some_and(|r| r.0 == "True");
+    let converged = |f: &Foo| available(f) == 1 && ready_reason(f).is_some_and(|r| r.0 == "True");
     loop {
         let list = foos.list(&Default::default()).await.unwrap();
         let many = list.items.iter().filter(|f| converged(f)).count();
@@ -641,8 +625,6 @@ async fn many_foos_converge_including_in_a_namespace_created_later() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     operator.stop().await;
-    later.delete().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -667,7 +649,7 @@ async fn foos_of_the_two_groups_never_fight_over_one_deployment() {
         .await
         .unwrap();
     let refused = testing::wait_for(&example_foos, "second", "ResourceExists", TIMEOUT, |f| {
-        ready(f) == Some(("False".into(), "ResourceExists".into()))
+        ready_reason(f) == Some(("False".into(), "ResourceExists".into()))
     })
     .await
     .unwrap();
@@ -711,7 +693,6 @@ async fn foos_of_the_two_groups_never_fight_over_one_deployment() {
     assert_eq!(taken.owner_references().len(), 1);
     wait_available(&example_foos, "second", 5).await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 /// Pod Security: the Foo Deployments' defaults are admitted where `baseline` is enforced, and
@@ -779,7 +760,6 @@ async fn foo_deployments_meet_pod_security_baseline_by_default_and_restricted_wh
             "{level}"
         );
         operator.stop().await;
-        ns.delete().await;
     }
 
     let ns = enforcing("restricted").await;
@@ -809,5 +789,4 @@ async fn foo_deployments_meet_pod_security_baseline_by_default_and_restricted_wh
     let refused = replica_failure(&refused).unwrap();
     assert!(refused.contains("restricted"), "{refused}");
     operator.stop().await;
-    ns.delete().await;
 }

@@ -390,5 +390,4 @@ async fn the_guides_controller_keeps_the_message_and_leaves_a_foreign_config_map
         .await
         .expect("the manager stops within 30s")
         .expect("the manager does not panic");
-    ns.delete().await;
 }

@@ -293,7 +293,6 @@ async fn a_holder_that_cannot_renew_stops_writing_before_the_standby_takes_over(
     wait_available(&foos, last.name_any().as_str(), want).await;
     let _ = stop_b.send(());
     assert_eq!(outcome_of(b).await, Outcome::Stopped);
-    ns.delete().await;
 }
 
 /// kube-lease-manager claims a free Lease with a server-side apply and counts on the apiserver's
@@ -314,17 +313,10 @@ async fn a_replicas_claim_on_a_lease_another_holds_is_refused() {
     let a_client = replica_client(&admin, &ns.name, "a", None).await;
     let (stop_a, a) = start_replica(a_client, &ns.name, "a", lease.clone());
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns.name);
-    let started = std::time::Instant::now();
-    let a_identity = loop {
-        if let Some((identity, _, _)) = holder(&leases).await {
-            break identity;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "a did not take the lease"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let a_identity = testing::eventually("a takes the lease", Duration::from_secs(30), async || {
+        holder(&leases).await.map(|(identity, _, _)| identity)
+    })
+    .await;
 
     let b_identity = leader::identity("b");
     let b_leases: Api<Lease> = Api::namespaced(replica_client(&admin, &ns.name, "b", None).await, &ns.name);
@@ -348,5 +340,4 @@ async fn a_replicas_claim_on_a_lease_another_holds_is_refused() {
 
     let _ = stop_a.send(());
     assert_eq!(outcome_of(a).await, Outcome::Stopped);
-    ns.delete().await;
 }

@@ -12,8 +12,9 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use local_cluster::testing::{self, TestNamespace};
 
-use crate::process::{OperatorProcess, http_get, scratch_dir};
-use crate::support::{client_with_crds, metric_sum, operator_kubeconfig};
+use crate::support::{
+    OperatorProcess, client_with_crds, http_get, metric_sum, operator_kubeconfig, scratch_dir,
+};
 
 /// The ClusterRole of deploy/operator/metrics-reader.yaml.
 pub(crate) const METRICS_READER: &str = "sample-operator-metrics-reader";
@@ -129,15 +130,13 @@ async fn secure_metrics_answer_only_tokens_allowed_to_read_them_and_probes_stay_
     let (status, body) = get_metrics(operator.port, Some(&stranger)).await;
     assert_eq!(status, 403, "a ServiceAccount without the binding: {body}");
     // RBAC takes a moment to reach the authorizer's cache after the binding is created.
-    let start = Instant::now();
-    let (status, body) = loop {
-        let answer = get_metrics(operator.port, Some(&reader)).await;
-        if answer.0 == 200 || start.elapsed() > Duration::from_secs(30) {
-            break answer;
-        }
-        // A refusal is remembered for a few seconds.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+    let mut answer = (0, String::new());
+    testing::poll(Duration::from_secs(30), async || {
+        answer = get_metrics(operator.port, Some(&reader)).await;
+        (answer.0 == 200).then_some(())
+    })
+    .await;
+    let (status, body) = answer;
     assert_eq!(status, 200, "a metrics reader: {body}");
     assert!(
         body.contains("controller_runtime_reconcile_total") && body.ends_with("# EOF\n"),
@@ -176,6 +175,5 @@ async fn secure_metrics_answer_only_tokens_allowed_to_read_them_and_probes_stay_
 
     unbind(&client, &ns.name).await;
     drop(operator);
-    ns.delete().await;
     let _ = std::fs::remove_dir_all(dir);
 }

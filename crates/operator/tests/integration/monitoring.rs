@@ -19,10 +19,10 @@ use crate::chart::render;
 use crate::deploy::ROOT;
 use crate::foo::plain_deployment;
 use crate::metrics::{install_metrics_reader, service_account_token, unbind};
-use crate::process::{
-    OperatorProcess, create_foo, eventually, free_port, http_get, scratch_dir, wait_foo_available,
+use crate::support::{
+    OperatorProcess, client_with_crds, create_foo, eventually, free_port, http_get, operator_kubeconfig,
+    scratch_dir, wait_foo_available,
 };
-use crate::support::{client_with_crds, operator_kubeconfig};
 
 /// The job the test's Prometheus gives the operator's target, and the rules select.
 const JOB: &str = "sample-operator";
@@ -506,6 +506,5 @@ async fn a_real_prometheus_scrapes_the_operator_evaluates_the_alerts_and_answers
 
     drop(prometheus);
     unbind(&client, &ns.name).await;
-    ns.delete().await;
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,8 +1,6 @@
 //! The MyCustomResource controller on a real cluster: the kubebuilder seed's flow, scoped to the
 //! resource's own namespace, and what it costs (requests, writes, events, memory).
 
-use std::collections::BTreeMap;
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -11,13 +9,11 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use kube::{Client, ResourceExt};
 use local_cluster::testing::{self, TestNamespace};
 use sample_operator::ControllerName;
-use sample_operator::runtime::requests::RequestCounter;
 use sample_operator_api::{MyCustomResource, MyCustomResourceSpec};
 use serde_json::json;
-use tokio::sync::RwLock;
 
 use crate::support::{
-    Operator, assert_quiet_across_resyncs_and_restarts, client_with_crds, config, events_about,
+    Operator, assert_quiet_across_resyncs_and_restarts, client_with_crds, config, ready_condition,
     wait_for_event,
 };
 
@@ -28,11 +24,6 @@ const REACTION: Duration = Duration::from_secs(20);
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// A finalizer of the tests' own, which keeps a deleted Pod terminating until it is removed.
 const HOLD: &str = "sample-operator.dev/test-hold";
-
-/// An operator over all namespaces reconciles every test's resources. The test that runs one
-/// holds this for writing, the others for reading, so that their counts of writes and events
-/// see their own operator only.
-static ALL_NAMESPACES: LazyLock<RwLock<()>> = LazyLock::new(|| RwLock::new(()));
 
 fn my_custom_resource(name: &str, pod: &str) -> MyCustomResource {
     MyCustomResource::new(name, MyCustomResourceSpec { name: pod.into() })
@@ -70,12 +61,6 @@ async fn wait_running(pods: &Api<Pod>, name: &str) {
     .unwrap();
 }
 
-fn ready(mcr: &MyCustomResource) -> Option<(String, String, String)> {
-    let status = mcr.status.as_ref()?;
-    let c = sample_operator_api::conditions::find(&status.conditions, "Ready")?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
 /// Waits until the resource reports `healthy` with the matching `Ready` condition, for its
 /// current generation.
 async fn wait_healthy(mcrs: &Api<MyCustomResource>, name: &str, healthy: bool) -> MyCustomResource {
@@ -103,7 +88,7 @@ async fn wait_healthy_within(
             m.status
                 .as_ref()
                 .is_some_and(|s| s.healthy == healthy && s.observed_generation == m.metadata.generation)
-                && ready(m).is_some_and(|r| r.0 == status && r.1 == reason)
+                && ready_condition(m).is_some_and(|r| r.status == status && r.reason == reason)
         },
     )
     .await
@@ -118,19 +103,8 @@ async fn stored_healthy(client: &Client, namespace: &str, name: &str) -> Option<
     obj.data.get("status")?.get("Healthy").cloned()
 }
 
-/// How often each event reason occurred, counting the repeats folded into a series.
-async fn event_counts(client: &Client, namespace: &str, name: &str) -> BTreeMap<String, i32> {
-    let mut counts = BTreeMap::new();
-    for event in events_about(client, namespace, name).await {
-        let n = event.series.as_ref().map_or(1, |s| s.count);
-        *counts.entry(event.reason.unwrap_or_default()).or_default() += n;
-    }
-    counts
-}
-
 #[tokio::test]
 async fn the_seeds_flow_a_friend_pod_makes_01_healthy_and_02_stays_unhealthy() {
-    let _shared = ALL_NAMESPACES.read().await;
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "mcr-seed").await;
     let operator = Operator::start(&ns.name, &[ControllerName::MyCustomResource]).await;
@@ -154,7 +128,7 @@ async fn the_seeds_flow_a_friend_pod_makes_01_healthy_and_02_stays_unhealthy() {
         started.elapsed()
     );
     assert_eq!(
-        ready(&healthy).unwrap().2,
+        ready_condition(&healthy).unwrap().message,
         format!("Pod \"funny-joe\" exists in namespace {:?}", ns.name)
     );
     assert_eq!(
@@ -164,7 +138,7 @@ async fn the_seeds_flow_a_friend_pod_makes_01_healthy_and_02_stays_unhealthy() {
     let lonely = mcrs.get("my-custom-resource-02").await.unwrap();
     assert!(!lonely.status.as_ref().unwrap().healthy);
     assert_eq!(
-        ready(&lonely).unwrap().2,
+        ready_condition(&lonely).unwrap().message,
         format!("No Pod \"lonely-jane\" in namespace {:?}", ns.name)
     );
 
@@ -178,13 +152,13 @@ async fn the_seeds_flow_a_friend_pod_makes_01_healthy_and_02_stays_unhealthy() {
         "my-custom-resource-01",
         "the Pod reported gone",
         TIMEOUT,
-        |m| ready(m).is_some_and(|r| r.2.starts_with("No Pod")),
+        |m| ready_condition(m).is_some_and(|r| r.message.starts_with("No Pod")),
     )
     .await
     .unwrap();
     assert!(!gone.status.as_ref().unwrap().healthy);
     assert_eq!(
-        ready(&gone).unwrap().2,
+        ready_condition(&gone).unwrap().message,
         format!("No Pod \"funny-joe\" in namespace {:?}", ns.name)
     );
     assert_eq!(
@@ -201,12 +175,10 @@ async fn the_seeds_flow_a_friend_pod_makes_01_healthy_and_02_stays_unhealthy() {
             .healthy
     );
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
 async fn a_terminating_pod_is_not_a_friend() {
-    let _shared = ALL_NAMESPACES.read().await;
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "mcr-terminating").await;
     let operator = Operator::start(&ns.name, &[ControllerName::MyCustomResource]).await;
@@ -223,9 +195,12 @@ async fn a_terminating_pod_is_not_a_friend() {
     pods.delete("held", &DeleteParams::default()).await.unwrap();
     let unhealthy = wait_healthy_within(&mcrs, "waiting", false, REACTION).await;
     assert!(
-        ready(&unhealthy).unwrap().2.contains("is being deleted"),
+        ready_condition(&unhealthy)
+            .unwrap()
+            .message
+            .contains("is being deleted"),
         "{:?}",
-        ready(&unhealthy)
+        ready_condition(&unhealthy)
     );
     // The Pod still exists: our finalizer holds it, terminating.
     let terminating = pods.get("held").await.unwrap();
@@ -237,7 +212,7 @@ async fn a_terminating_pod_is_not_a_friend() {
         .unwrap();
     testing::wait_for_deletion(&pods, "held", TIMEOUT).await.unwrap();
     testing::wait_for(&mcrs, "waiting", "the Pod reported gone", REACTION, |m| {
-        ready(m).is_some_and(|r| r.2.starts_with("No Pod"))
+        ready_condition(m).is_some_and(|r| r.message.starts_with("No Pod"))
     })
     .await
     .unwrap();
@@ -246,13 +221,11 @@ async fn a_terminating_pod_is_not_a_friend() {
     create_pod(&pods, &pod("held")).await;
     wait_healthy(&mcrs, "waiting", true).await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
 async fn a_pod_in_another_namespace_does_not_count() {
-    // This test's operator watches every namespace; no other test of this suite runs meanwhile.
-    let _exclusive = ALL_NAMESPACES.write().await;
+    // This test's operator watches every namespace: .config/nextest.toml runs it alone.
     let client = client_with_crds().await;
     let mine = TestNamespace::create(&client, "mcr-scope-mine").await;
     let theirs = TestNamespace::create(&client, "mcr-scope-theirs").await;
@@ -303,13 +276,10 @@ async fn a_pod_in_another_namespace_does_not_count() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(my_mcrs.get("mine").await.unwrap().status.unwrap().healthy);
     operator.stop().await;
-    mine.delete().await;
-    theirs.delete().await;
 }
 
 #[tokio::test]
 async fn changing_spec_name_re_evaluates_at_once() {
-    let _shared = ALL_NAMESPACES.read().await;
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "mcr-rename").await;
     // No resync: only the change itself can trigger the reconcile.
@@ -341,12 +311,10 @@ async fn changing_spec_name_re_evaluates_at_once() {
     create_pod(&pods, &pod("beta")).await;
     wait_healthy(&mcrs, "fickle", true).await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
 async fn a_pod_event_reaches_exactly_the_resources_naming_it_without_api_reads() {
-    let _shared = ALL_NAMESPACES.read().await;
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "mcr-mapping").await;
     let operator = Operator::start(&ns.name, &[ControllerName::MyCustomResource]).await;
@@ -387,24 +355,15 @@ async fn a_pod_event_reaches_exactly_the_resources_naming_it_without_api_reads()
         third.resource_version()
     );
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
 async fn the_deployed_rbac_is_all_the_controller_needs() {
-    let _shared = ALL_NAMESPACES.read().await;
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "mcr-rbac").await;
     // The operator acts as its ServiceAccount: whatever deploy/operator/rbac.yaml does not grant
     // (the Pod watch, the status patch, events) fails here.
-    let operator_client = RequestCounter::default()
-        .client(crate::support::operator_config(&client).await)
-        .unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let config = config(Some(&ns.name), &[ControllerName::MyCustomResource]);
-    let operator = tokio::spawn(sample_operator::run(operator_client, config, async move {
-        let _ = stopped.await;
-    }));
+    let operator = Operator::start(&ns.name, &[ControllerName::MyCustomResource]).await;
     let mcrs = ns.api::<MyCustomResource>();
     mcrs.create(&PostParams::default(), &my_custom_resource("granted", "friend"))
         .await
@@ -414,17 +373,11 @@ async fn the_deployed_rbac_is_all_the_controller_needs() {
     create_pod(&pods, &pod("friend")).await;
     wait_healthy(&mcrs, "granted", true).await;
     wait_for_event(&client, &ns.name, "granted", "FriendFound").await;
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(30), operator)
-        .await
-        .expect("the operator stops within 30s")
-        .expect("the operator task does not panic");
-    ns.delete().await;
+    operator.stop().await;
 }
 
 #[tokio::test]
 async fn status_is_written_only_when_it_changes() {
-    let _shared = ALL_NAMESPACES.read().await;
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "mcr-steady").await;
     let mut config = config(Some(&ns.name), &[ControllerName::MyCustomResource]);
@@ -451,63 +404,6 @@ async fn status_is_written_only_when_it_changes() {
     }
     let restarts = [config.runtime.initial_list];
     assert_quiet_across_resyncs_and_restarts(operator, &config, &restarts, async |_| {}).await;
-    ns.delete().await;
-}
-
-#[tokio::test]
-async fn events_on_transitions_only() {
-    let _shared = ALL_NAMESPACES.read().await;
-    let client = client_with_crds().await;
-    let ns = TestNamespace::create(&client, "mcr-events").await;
-    let mut config = config(Some(&ns.name), &[ControllerName::MyCustomResource]);
-    config.runtime.resync = Some(Duration::from_secs(1));
-    let operator = Operator::start_with(config).await;
-    let mcrs = ns.api::<MyCustomResource>();
-    mcrs.create(&PostParams::default(), &my_custom_resource("eventful", "flapper"))
-        .await
-        .unwrap();
-    wait_healthy(&mcrs, "eventful", false).await;
-    let missing = wait_for_event(&client, &ns.name, "eventful", "FriendMissing").await;
-    assert_eq!(missing.type_.as_deref(), Some("Warning"));
-    assert_eq!(missing.reporting_controller.as_deref(), Some("sample-operator"));
-
-    let pods = pods_in(&client, &ns.name).await;
-    create_pod(&pods, &pod("flapper")).await;
-    wait_healthy(&mcrs, "eventful", true).await;
-    let found = wait_for_event(&client, &ns.name, "eventful", "FriendFound").await;
-    assert_eq!(found.type_.as_deref(), Some("Normal"));
-    assert_eq!(
-        found.note,
-        Some(format!("Pod \"flapper\" exists in namespace {:?}", ns.name))
-    );
-
-    // Resyncs and the Pod's own status updates change nothing: no event.
-    wait_running(&pods, "flapper").await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let steady = event_counts(&client, &ns.name, "eventful").await;
-    assert_eq!(
-        steady,
-        BTreeMap::from([("FriendFound".into(), 1), ("FriendMissing".into(), 1)])
-    );
-
-    // Losing the friend is one transition, however many steps the deletion takes.
-    pods.delete("flapper", &DeleteParams::default()).await.unwrap();
-    testing::wait_for_deletion(&pods, "flapper", TIMEOUT)
-        .await
-        .unwrap();
-    testing::wait_for(&mcrs, "eventful", "the Pod reported gone", REACTION, |m| {
-        ready(m).is_some_and(|r| r.2.starts_with("No Pod"))
-    })
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = event_counts(&client, &ns.name, "eventful").await;
-    assert_eq!(
-        after,
-        BTreeMap::from([("FriendFound".into(), 1), ("FriendMissing".into(), 2)])
-    );
-    operator.stop().await;
-    ns.delete().await;
 }
 
 /// Memory of the MyCustomResource controller by how it watches Pods. Not a check but a
@@ -582,8 +478,6 @@ async fn pod_watch_memory() {
             vm_rss as f64 / 1024.0
         );
     }
-    crowded.delete().await;
-    baseline.delete().await;
 }
 
 /// A small Pod that stays Pending: the scheduler leaves gated Pods alone.

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::support::{
     Operator, assert_quiet_across_resyncs_and_restarts, client_with_crds, config, events_about, network,
-    store_despite_schema, wait_for_event,
+    ready_condition, ready_reason, store_despite_schema, wait_for_event,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -84,17 +84,8 @@ pub(crate) async fn install_nad_crd(client: &Client) {
     testing::install_crds(client, &[crd]).await.unwrap();
 }
 
-fn ready(network: &Network) -> Option<(String, String)> {
-    let status = network.status.as_ref()?;
-    let c = sample_operator_api::conditions::find(&status.conditions, "Ready")?;
-    Some((c.status.clone(), c.reason.clone()))
-}
-
 fn message(network: &Network) -> String {
-    network
-        .status
-        .as_ref()
-        .and_then(|s| sample_operator_api::conditions::find(&s.conditions, "Ready"))
+    ready_condition(network)
         .map(|c| c.message.clone())
         .unwrap_or_default()
 }
@@ -106,7 +97,7 @@ fn observed_current(network: &Network) -> bool {
 /// Waits until the Network is Ready (synced) for its current generation.
 pub(crate) async fn wait_synced(networks: &Api<Network>, name: &str, timeout: Duration) -> Network {
     testing::wait_for(networks, name, "Ready and Synced", timeout, |n| {
-        ready(n) == Some(("True".into(), "Synced".into())) && observed_current(n)
+        ready_reason(n) == Some(("True".into(), "Synced".into())) && observed_current(n)
     })
     .await
     .unwrap()
@@ -115,7 +106,7 @@ pub(crate) async fn wait_synced(networks: &Api<Network>, name: &str, timeout: Du
 /// Waits until the Network is not Ready for `reason`, for its current generation.
 async fn wait_refused(networks: &Api<Network>, name: &str, reason: &str, timeout: Duration) -> Network {
     testing::wait_for(networks, name, reason, timeout, |n| {
-        ready(n) == Some(("False".into(), reason.into())) && observed_current(n)
+        ready_reason(n) == Some(("False".into(), reason.into())) && observed_current(n)
     })
     .await
     .unwrap()
@@ -199,7 +190,6 @@ async fn the_seeds_network_is_synced_to_an_owned_attachment_definition() {
     assert_eq!(synced.type_.as_deref(), Some("Normal"));
     assert_eq!(synced.reporting_controller.as_deref(), Some("sample-operator"));
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -282,7 +272,6 @@ async fn ipv6_and_the_smallest_prefixes_report_their_canonical_form_and_size() {
         );
     }
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -344,7 +333,10 @@ async fn the_newer_of_two_overlapping_networks_is_refused_until_the_older_is_del
     })
     .await
     .unwrap();
-    assert_eq!(ready(&third), Some(("False".into(), "CIDRConflict".into())));
+    assert_eq!(
+        ready_reason(&third),
+        Some(("False".into(), "CIDRConflict".into()))
+    );
     testing::wait_for_deletion(&networks, "first", TIMEOUT)
         .await
         .unwrap();
@@ -352,7 +344,6 @@ async fn the_newer_of_two_overlapping_networks_is_refused_until_the_older_is_del
     assert_eq!(subnet_of(&nads.get("second").await.unwrap()), "10.10.5.0/24");
     assert!(nads.get_opt("third").await.unwrap().is_none());
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -408,7 +399,6 @@ async fn a_conflict_follows_changes_of_either_network() {
     set_cidr(&networks, "second", "10.40.0.0/24", "10.40.0.1").await;
     wait_synced(&networks, "second", TIMEOUT).await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 /// Networks the default address policy refuses, one per rule: name, cidr, gateway, and what
@@ -429,41 +419,6 @@ const REFUSED_BY_DEFAULT: [(&str, &str, &str, &str); 4] = [
     ),
     ("multicast", "239.1.0.0/16", "239.1.0.1", "(multicast)"),
 ];
-
-/// The address policy's defaults, as a cluster without the admission policy sees them: each
-/// refused prefix gets `PrefixNotAllowed` naming the rule and a Warning event, and no
-/// attachment definition; an allowed one is synced.
-#[tokio::test]
-async fn prefixes_outside_the_address_policy_are_refused_and_never_reach_the_backend() {
-    let Scene { client, ns } = Scene::new("net-policy").await;
-    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
-    let networks = ns.api::<Network>();
-    let nads = ns.api::<NetworkAttachmentDefinition>();
-    for (name, cidr, gateway, rule) in REFUSED_BY_DEFAULT {
-        networks
-            .create(&PostParams::default(), &network(name, cidr, gateway))
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let refused = wait_refused(&networks, name, "PrefixNotAllowed", TIMEOUT).await;
-        assert!(message(&refused).contains(rule), "{name}: {}", message(&refused));
-        let event = wait_for_event(&client, &ns.name, name, "PrefixNotAllowed").await;
-        assert_eq!(event.type_.as_deref(), Some("Warning"), "{name}");
-        assert!(
-            nads.get_opt(name).await.unwrap().is_none(),
-            "{name} reached the backend"
-        );
-    }
-    networks
-        .create(
-            &PostParams::default(),
-            &network("allowed", "10.60.0.0/16", "10.60.0.1"),
-        )
-        .await
-        .unwrap();
-    wait_synced(&networks, "allowed", TIMEOUT).await;
-    operator.stop().await;
-    ns.delete().await;
-}
 
 /// The admission policy shipped in deploy/operator (and the chart), bound to this test's
 /// namespace only (the tests share the cluster): `kubectl apply` of a Network outside the
@@ -563,7 +518,6 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
         bindings.delete(&name, &DeleteParams::default()).await.unwrap();
         policies.delete(&name, &DeleteParams::default()).await.unwrap();
     }
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -636,8 +590,6 @@ async fn networks_in_different_namespaces_may_overlap() {
     wait_synced(&b, "shared", TIMEOUT).await;
 
     operator.stop().await;
-    tenant_a.delete().await;
-    tenant_b.delete().await;
 }
 
 #[tokio::test]
@@ -694,7 +646,6 @@ async fn hand_edits_of_the_attachment_definition_are_reverted() {
     .unwrap();
     wait_synced(&networks, "kept", TIMEOUT).await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -751,7 +702,6 @@ async fn an_attachment_definition_the_network_does_not_own_is_never_taken_or_del
     assert_eq!(after.uid(), foreign.uid());
     assert!(unchanged(&after));
     operator.stop().await;
-    ns.delete().await;
 }
 
 /// A Network blocked by a definition it does not own backs off (retries cost little however
@@ -798,7 +748,6 @@ async fn a_conflict_backs_off_and_ends_as_soon_as_the_foreign_definition_goes() 
     .await;
     wait_synced(&networks, "blocking", TIMEOUT).await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 /// Runs alone (`.config/nextest.toml`): the CRD it deletes is every other Network test's.
@@ -856,7 +805,6 @@ async fn without_the_crd_networks_report_backend_unavailable_and_recover_once_it
     assert_eq!(subnet_of(&nad), "10.80.0.0/24");
     wait_for_event(&client, &ns.name, "waiting", "Synced").await;
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -900,7 +848,6 @@ async fn a_network_deleted_while_the_operator_is_down_is_cleaned_up_when_it_retu
     }
     testing::wait_for_deletion(&nads, "gone", TIMEOUT).await.unwrap();
     restarted.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -943,7 +890,6 @@ async fn a_network_that_slipped_past_admission_is_reported_and_not_retried() {
     wait_synced(&networks, "stale", TIMEOUT).await;
     assert!(nads.get_opt("stale").await.unwrap().is_some());
     operator.stop().await;
-    ns.delete().await;
 }
 
 #[tokio::test]
@@ -979,5 +925,4 @@ async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
     wait_refused(&networks, "steady-refused", "CIDRConflict", TIMEOUT).await;
     let restarts = [config.runtime.initial_list];
     assert_quiet_across_resyncs_and_restarts(operator, &config, &restarts, async |_| {}).await;
-    ns.delete().await;
 }

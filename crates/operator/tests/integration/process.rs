@@ -5,244 +5,19 @@
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
 
 use kube::api::PostParams;
 use local_cluster::testing::{self, TestNamespace};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use sample_operator_api::{Foo, FooSpec};
 
-use crate::support::{client_with_crds, metric_sum, operator_kubeconfig};
-
-const BINARY: &str = env!("CARGO_BIN_EXE_sample-operator");
-
-/// A running `sample-operator run`, killed when dropped.
-pub(crate) struct OperatorProcess {
-    name: String,
-    child: Mutex<Child>,
-    /// The port of /metrics.
-    pub(crate) port: u16,
-    /// The port of /healthz and /readyz.
-    pub(crate) probe_port: u16,
-    log: PathBuf,
-}
-
-/// A loopback port for a process a test starts, free now and not handed out before by this
-/// test process. It is taken below the kernel's ephemeral range: a port from `bind(0)` is freed
-/// before the process binds it, and meanwhile any outgoing connection on the machine may take
-/// it as its local port, which ends the process with "cannot listen". Each test runs in a
-/// process of its own (nextest), so each starts at a place of the range its process id picks,
-/// far from the others'.
-pub(crate) fn free_port() -> u16 {
-    static NEXT: std::sync::LazyLock<AtomicU32> =
-        std::sync::LazyLock::new(|| AtomicU32::new(std::process::id().wrapping_mul(61)));
-    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32768);
-    const SPAN: u32 = 8192;
-    if ephemeral_start > 1024 + SPAN {
-        let base = ephemeral_start - SPAN;
-        for _ in 0..SPAN {
-            let port = (base + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
-            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                return port;
-            }
-        }
-    }
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl OperatorProcess {
-    pub(crate) fn spawn(name: &str, dir: &Path, args: &[&str]) -> Self {
-        Self::spawn_with_env(name, dir, args, &[])
-    }
-
-    pub(crate) fn spawn_with_env(name: &str, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
-        let (port, probe_port) = (free_port(), free_port());
-        let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(BINARY)
-            .arg("run")
-            .args(args)
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
-            .arg(format!("--probe-address=127.0.0.1:{probe_port}"))
-            .env("POD_NAME", name)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap();
-        Self {
-            name: name.to_owned(),
-            child: Mutex::new(child),
-            port,
-            probe_port,
-            log,
-        }
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.lock().unwrap().id() as i32)
-    }
-
-    /// How it ended, or `None` while it runs.
-    fn exited(&self) -> Option<ExitStatus> {
-        self.child.lock().unwrap().try_wait().unwrap()
-    }
-
-    /// Waits until `/readyz` answers 200; ends the test, with the log, when the process exits
-    /// first or is not ready within a minute (a start on a busy machine, not its speed, is what
-    /// this waits for).
-    pub(crate) async fn wait_ready(&self) {
-        until("ready", Duration::from_secs(60), &[self], || {
-            self.get("/readyz").is_some_and(|r| r.0 == 200)
-        })
-        .await;
-    }
-
-    /// A GET of /metrics on its port, or of a probe on the probes' port.
-    fn get(&self, path: &str) -> Option<(u16, String)> {
-        let port = if path == "/metrics" {
-            self.port
-        } else {
-            self.probe_port
-        };
-        http_get(port, path)
-    }
-
-    /// The sum of the series of `family` with these labels; `None` when /metrics fails.
-    fn metric(&self, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        let (_, body) = self.get("/metrics")?;
-        Some(metric_sum(&body, family, labels))
-    }
-
-    fn is_leader(&self) -> bool {
-        self.metric("leader_election_master_status", &[]) == Some(1.0)
-    }
-
-    /// Requests that can change something, whatever the response.
-    fn writes(&self) -> f64 {
-        ["POST", "PUT", "PATCH", "DELETE"]
-            .iter()
-            .map(|m| {
-                self.metric("rest_client_requests_total", &[("method", m)])
-                    .unwrap_or(0.0)
-            })
-            .sum()
-    }
-
-    fn signal(&self, signal: Signal) {
-        kill(self.pid(), signal).unwrap();
-    }
-
-    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.exited() {
-                return status;
-            }
-            assert!(
-                start.elapsed() < timeout,
-                "did not exit within {timeout:?}; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for OperatorProcess {
-    fn drop(&mut self) {
-        let child = self.child.get_mut().unwrap();
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
-/// A GET on loopback: status and body, `None` without an answer within 5 seconds.
-pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let url = format!("http://127.0.0.1:{port}{path}");
-    let response = local_cluster::http::get(&url, Duration::from_secs(5)).ok()?;
-    Some((response.status, response.body))
-}
-
-/// Like [`eventually`], for a condition on running `processes`: a process that exits meanwhile
-/// ends the wait at once, and either failure shows their logs, which say why.
-async fn until(
-    what: &str,
-    timeout: Duration,
-    processes: &[&OperatorProcess],
-    mut check: impl FnMut() -> bool,
-) -> Duration {
-    let logs = || {
-        processes
-            .iter()
-            .map(|p| format!("\n--- log of {} ---\n{}", p.name, p.log()))
-            .collect::<String>()
-    };
-    let start = Instant::now();
-    loop {
-        for process in processes {
-            if let Some(status) = process.exited() {
-                panic!("{} exited ({status}) before: {what}{}", process.name, logs());
-            }
-        }
-        if check() {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "not within {timeout:?}: {what}{}",
-            logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Polls `check` until it holds, for at most `timeout`; how long that took.
-pub(crate) async fn eventually(what: &str, timeout: Duration, check: impl FnMut() -> bool) -> Duration {
-    until(what, timeout, &[], check).await
-}
-
-pub(crate) fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sample-operator-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-pub(crate) async fn wait_foo_available(foos: &kube::Api<Foo>, name: &str) {
-    testing::wait_for(foos, name, "available", Duration::from_secs(60), |f| {
-        f.status.as_ref().is_some_and(|s| s.available_replicas == 1)
-    })
-    .await
-    .unwrap();
-}
-
-pub(crate) async fn create_foo(foos: &kube::Api<Foo>, name: &str) {
-    let foo = Foo::new(
-        name,
-        FooSpec {
-            deployment_name: name.into(),
-            replicas: Some(1),
-        },
-    );
-    foos.create(&PostParams::default(), &foo).await.unwrap();
-}
+use crate::support::operator::{BINARY, until};
+use crate::support::{
+    OperatorProcess, client_with_crds, create_foo, eventually, metric_sum, operator_kubeconfig, scratch_dir,
+    wait_foo_available,
+};
 
 #[tokio::test]
 async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
@@ -352,7 +127,6 @@ async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
         "{}",
         next.log()
     );
-    ns.delete().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -443,7 +217,6 @@ async fn probes_and_metrics_report_what_happens() {
         "{}",
         operator.log()
     );
-    ns.delete().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -482,7 +255,6 @@ async fn a_dead_controller_ends_the_process_with_exit_code_1() {
             && last.contains("exiting so that Kubernetes restarts the operator"),
         "the last line says which controller died and why the process ends: {last}"
     );
-    ns.delete().await;
 }
 
 /// What the operator keeps about an object goes with it: 1,000 Foos (10,000 with `cargo xtask
@@ -592,7 +364,6 @@ async fn blocked_foos_created_and_deleted_leave_nothing_behind() {
         cycles - warm_up
     );
     drop(operator);
-    ns.delete().await;
 }
 
 fn run_to_end(args: &[&str]) -> (ExitStatus, String) {

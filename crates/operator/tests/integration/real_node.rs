@@ -93,27 +93,26 @@ fn describe(pods: &[Pod]) -> String {
 
 /// Waits until `count` Pods matching `selector` are Ready; returns them.
 async fn wait_ready(pods: &Api<Pod>, selector: &str, count: usize) -> Vec<Pod> {
-    let start = Instant::now();
-    loop {
+    let mut seen = Vec::new();
+    let ready = testing::poll(TIMEOUT, async || {
         let list = pods
             .list(&ListParams::default().labels(selector))
             .await
             .unwrap()
             .items;
-        let live: Vec<Pod> = list
+        seen = list
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .collect();
-        if live.len() == count && live.iter().all(is_ready) {
-            return live;
-        }
-        assert!(
-            start.elapsed() < TIMEOUT,
+        (seen.len() == count && seen.iter().all(is_ready)).then(|| seen.clone())
+    })
+    .await;
+    ready.unwrap_or_else(|| {
+        panic!(
             "{count} Ready Pods for {selector} within {TIMEOUT:?}; saw:\n  {}",
-            describe(&live)
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+            describe(&seen)
+        )
+    })
 }
 
 /// The host process of a Pod's first container, found through the container id in its
@@ -344,7 +343,6 @@ async fn the_chart_runs_the_operator_as_real_pods_that_hand_over_and_stop_gracef
     for watch in watches {
         assert_eq!(watch.await.unwrap(), vec![0], "exit code after helm uninstall");
     }
-    ns.delete().await;
 }
 
 /// A busybox Pod on the real node, attached to `networks` (the Multus annotation).
@@ -421,7 +419,6 @@ impl Attachments {
 
     async fn finish(self) {
         self.operator.stop().await;
-        self.ns.delete().await;
     }
 }
 
@@ -497,7 +494,7 @@ async fn a_pod_on_the_real_node_gets_an_interface_on_its_network() {
     assert_eq!(net1_address(&ns.name, "first").await, address);
     delete_promptly(&other_pods, "other").await;
     other_operator.stop().await;
-    other_ns.delete().await;
+    drop(other_ns);
     delete_promptly(pods, "first").await;
 
     // A changed Network reaches new Pods.
@@ -925,14 +922,12 @@ async fn the_operator_image_looks_names_up_through_the_pods_dns_server() {
         .expect("a Pod address");
     // The API server answers the name: here it refuses the namespace's default ServiceAccount,
     // which is an answer over TLS checked against the name (a failed lookup would say so).
-    let start = Instant::now();
-    let logs = loop {
-        let logs = pods.logs("resolver", &Default::default()).await.unwrap();
-        if logs.contains("Forbidden") || start.elapsed() > TIMEOUT {
-            break logs;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let mut logs = String::new();
+    testing::poll(TIMEOUT, async || {
+        logs = pods.logs("resolver", &Default::default()).await.unwrap();
+        logs.contains("Forbidden").then_some(())
+    })
+    .await;
     assert!(
         logs.contains(&format!("at https://{SHORT}/: ApiError:")) && logs.contains("code: 403"),
         "the API server answers the operator by name:\n{logs}\ndnsmasq:\n{}",
@@ -975,7 +970,6 @@ async fn the_operator_image_looks_names_up_through_the_pods_dns_server() {
         "the node's DNS server was asked and forwarded nothing:\n{log}"
     );
     delete_promptly(&pods, "unknown").await;
-    ns.delete().await;
 }
 
 /// The operator's image as a Pod on the real node whose only DNS server is the node's, with

@@ -36,7 +36,10 @@ mod relay;
 
 use relay::{Outage, RequestRecorder};
 
-use crate::support::{client_with_crds, config, metric_sum, network, operator_config, wait_for_event};
+use crate::support::{
+    OperatorProcess, client_with_crds, config, metric_sum, network, operator_config, ready_is_current,
+    ready_reason, wait_for_event,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 /// The tests' resync interval: short, so that repairs show within seconds.
@@ -92,7 +95,7 @@ impl NeutronOperator {
     /// Waits until the operator counts `networks` of the project's networks for `cluster_id`.
     async fn wait_for_other_cluster_networks(&self, cluster_id: &str, networks: usize) {
         let what = format!("{networks} networks counted for cluster id {cluster_id}");
-        eventually(&what, || async {
+        testing::eventually(&what, TIMEOUT, async || {
             let metrics = self.telemetry.metrics.render();
             let value = metric_sum(
                 &metrics,
@@ -220,11 +223,9 @@ async fn in_neutron(
     (networks, subnets)
 }
 
-fn ready_reason(network: &Network) -> Option<(String, String)> {
-    let status = network.status.as_ref()?;
-    let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
-    let current = ready.observed_generation == network.metadata.generation;
-    current.then(|| (ready.status.clone(), ready.reason.clone()))
+/// The status and reason of the Network's Ready condition, when written for its current spec.
+fn current_reason(network: &Network) -> Option<(String, String)> {
+    ready_reason(network).filter(|_| ready_is_current(network))
 }
 
 /// Waits until the Network's Ready condition, for its current generation, has `reason`.
@@ -232,30 +233,14 @@ async fn wait_reason(api: &Api<Network>, name: &str, reason: &str) -> Network {
     let expected = (if reason == "Synced" { "True" } else { "False" }).to_owned();
     let what = format!("Ready reason {reason}");
     testing::wait_for(api, name, &what, TIMEOUT, |n| {
-        ready_reason(n) == Some((expected.clone(), reason.to_owned()))
+        current_reason(n) == Some((expected.clone(), reason.to_owned()))
     })
     .await
     .unwrap_or_else(|e| panic!("{name} never reached {reason}: {e}"))
 }
 
-/// Polls `check` until it returns `Some`.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(start.elapsed() < TIMEOUT, "{what}: not within {TIMEOUT:?}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 /// Deletes the Networks while the operator runs (so it lets go of them in Neutron), then
-/// stops it and deletes the namespace.
+/// stops it; the namespace goes last, with its guard.
 async fn finish(api: &Api<Network>, operator: NeutronOperator, ns: TestNamespace) {
     let total = api.list(&Default::default()).await.unwrap().items.len();
     api.delete_collection(&DeleteParams::default(), &Default::default())
@@ -271,7 +256,7 @@ async fn finish(api: &Api<Network>, operator: NeutronOperator, ns: TestNamespace
     })
     .await;
     operator.stop().await;
-    ns.delete().await;
+    drop(ns);
 }
 
 #[tokio::test]
@@ -437,7 +422,7 @@ async fn hand_edits_and_deletions_are_repaired_and_a_steady_resync_writes_nothin
         ],
     )
     .await;
-    eventually("the gateway set back", || async {
+    testing::eventually("the gateway set back", TIMEOUT, async || {
         let (_, subnets) = in_neutron(&admin, &ns.name, &synced).await;
         (subnets.len() == 1 && subnets[0].gateway_ip.as_deref() == Some("10.62.0.1")).then_some(())
     })
@@ -445,7 +430,7 @@ async fn hand_edits_and_deletions_are_repaired_and_a_steady_resync_writes_nothin
 
     // The subnet deleted by hand is made again, on the same network.
     openstack(&bed, &["subnet", "delete", &subnet_id]).await;
-    let new_subnet = eventually("the subnet made again", || async {
+    let new_subnet = testing::eventually("the subnet made again", TIMEOUT, async || {
         let (_, subnets) = in_neutron(&admin, &ns.name, &synced).await;
         (subnets.len() == 1 && subnets[0].id != subnet_id).then(|| subnets[0].clone())
     })
@@ -455,10 +440,10 @@ async fn hand_edits_and_deletions_are_repaired_and_a_steady_resync_writes_nothin
 
     // The network deleted by hand is made again, and the status follows.
     openstack(&bed, &["network", "delete", &backend.id]).await;
-    let remade = eventually("the network made again", || async {
+    let remade = testing::eventually("the network made again", TIMEOUT, async || {
         let n = api.get("blue").await.ok()?;
         let b = n.status.as_ref()?.backend.clone()?;
-        (b.id != backend.id && ready_reason(&n) == Some(("True".into(), "Synced".into()))).then_some(b)
+        (b.id != backend.id && current_reason(&n) == Some(("True".into(), "Synced".into()))).then_some(b)
     })
     .await;
     let (networks, subnets) = in_neutron(&admin, &ns.name, &synced).await;
@@ -727,7 +712,7 @@ async fn networks_beyond_a_page_converge_resync_by_listing_and_restart_without_w
         let networks = api.list(&Default::default()).await.unwrap().items;
         let (synced, rest): (Vec<_>, Vec<_>) = networks
             .into_iter()
-            .partition(|n| ready_reason(n) == Some(("True".into(), "Synced".into())));
+            .partition(|n| current_reason(n) == Some(("True".into(), "Synced".into())));
         Progress {
             done: synced.len(),
             total: n,
@@ -759,7 +744,18 @@ async fn networks_beyond_a_page_converge_resync_by_listing_and_restart_without_w
         sent.len(),
         sent.iter().filter(|r| r.method != "GET").count(),
     );
-    assert!(sent.iter().all(|r| r.status < 300), "every request succeeded");
+    // Every request succeeded, but where a page of a listing outlasted the token: the session
+    // is renewed before a listing only while the token outlives twice the last listing, and
+    // on a loaded neutron-server one listing can take three times the one before (seen at the
+    // full size, 1,000 Networks: 55 s after 19 s). The refused listing is sent again on a new
+    // session, so it costs a 401 and loses nothing.
+    let failed: Vec<_> = sent.iter().filter(|r| r.status >= 300).collect();
+    assert!(
+        failed
+            .iter()
+            .all(|r| r.status == 401 && r.kind(&ns.name) == Kind::Listing),
+        "every request succeeded or was a listing's page that outlasted its token: {failed:?}"
+    );
     // The writes a Network needs, and no more: Neutron takes no tags in a create, so each
     // object is created, then tagged twice.
     assert_eq!(count("POST", "/v2.0/networks"), n);
@@ -1052,7 +1048,7 @@ where
 fn reasons(networks: &[Network]) -> String {
     let mut by_reason = std::collections::BTreeMap::<String, (usize, String)>::new();
     for n in networks {
-        let reason = ready_reason(n).map_or_else(|| "none".to_owned(), |(s, r)| format!("{s} {r}"));
+        let reason = current_reason(n).map_or_else(|| "none".to_owned(), |(s, r)| format!("{s} {r}"));
         by_reason.entry(reason).or_insert((0, n.name_any())).0 += 1;
     }
     let rows: Vec<_> = by_reason
@@ -1082,36 +1078,26 @@ async fn the_binary_takes_its_cloud_from_os_variables_with_a_credential_or_a_tok
     .await;
     let token = openstack_as(&bed, PASSWORD_CLOUD, &["token", "issue", "-f", "json"]).await;
 
+    let namespace_arg = format!("--namespace={}", ns.name);
+    let cluster_id_arg = format!("--cluster-id={}", ns.name);
+    let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
+    let args = [
+        "--controllers=network",
+        namespace_arg.as_str(),
+        cluster_id_arg.as_str(),
+        kubeconfig_arg.as_str(),
+        "--network-backend=neutron",
+    ];
     let run = |auth: Vec<(&str, String)>| {
-        let log = std::fs::File::create(dir.join("operator.log")).unwrap();
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sample-operator"));
-        command
-            .args([
-                "run",
-                "--metrics-address=127.0.0.1:0",
-                "--probe-address=127.0.0.1:0",
-                "--controllers=network",
-            ])
-            .arg(format!("--namespace={}", ns.name))
-            .arg(format!("--cluster-id={}", ns.name))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg("--network-backend=neutron")
-            .env_remove("OS_CLOUD")
-            .env_remove("OS_CLIENT_CONFIG_FILE")
-            .env("OS_AUTH_URL", bed.keystone_url())
-            .envs(auth)
-            .current_dir(&dir)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        Child(command.spawn().expect("the operator starts"))
+        OperatorProcess::spawn_with("operator", &dir, &args, |command| {
+            command
+                .env_remove("OS_CLOUD")
+                .env_remove("OS_CLIENT_CONFIG_FILE")
+                .env("OS_AUTH_URL", bed.keystone_url())
+                .envs(auth)
+                .current_dir(&dir);
+        })
     };
-    struct Child(std::process::Child);
-    impl Drop for Child {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let log = || std::fs::read_to_string(dir.join("operator.log")).unwrap_or_default();
 
     let operator = run(vec![
@@ -1134,7 +1120,7 @@ async fn the_binary_takes_its_cloud_from_os_variables_with_a_credential_or_a_tok
     let expected = ("True".to_owned(), "Synced".to_owned());
     let what = "by-credential synced";
     let synced = testing::wait_for(&api, "by-credential", what, TIMEOUT, |n| {
-        ready_reason(n).as_ref() == Some(&expected)
+        current_reason(n).as_ref() == Some(&expected)
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", log()));
@@ -1154,7 +1140,7 @@ async fn the_binary_takes_its_cloud_from_os_variables_with_a_credential_or_a_tok
     .unwrap();
     let what = "by-token synced";
     let synced = testing::wait_for(&api, "by-token", what, TIMEOUT, |n| {
-        ready_reason(n).as_ref() == Some(&expected)
+        current_reason(n).as_ref() == Some(&expected)
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", log()));
@@ -1180,7 +1166,6 @@ async fn the_binary_takes_its_cloud_from_os_variables_with_a_credential_or_a_tok
         &["application", "credential", "delete", &ns.name],
     )
     .await;
-    ns.delete().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -1386,7 +1371,7 @@ async fn a_half_made_network_is_found_and_removed_with_its_network() {
     .await
     .unwrap();
     let name = format!("{}/half", ns.name);
-    let half = eventually("the network created, its tags refused", || async {
+    let half = testing::eventually("the network created, its tags refused", TIMEOUT, async || {
         let named = admin.list_networks(&[], Some(&name)).await.ok()?;
         named.into_iter().next()
     })
@@ -1456,7 +1441,7 @@ async fn a_policy_refusal_is_forbidden_without_a_new_login_and_recovers_when_all
     let tokens = backend_requests_of(&metrics(), "tokens");
     let forbidden = || metric_sum(&metrics(), BACKEND_REQUESTS, &[("result", "BackendForbidden")]);
     let first = forbidden();
-    eventually("another refusal, retried with backoff", || async {
+    testing::eventually("another refusal, retried with backoff", TIMEOUT, async || {
         (forbidden() > first).then_some(())
     })
     .await;
@@ -1512,7 +1497,7 @@ async fn a_failed_resync_listing_does_not_fan_out_to_every_network() {
 
     relay.set(Outage::None);
     let resumed = operator.requests(&["GET"]);
-    eventually("the resync listing again", || async {
+    testing::eventually("the resync listing again", TIMEOUT, async || {
         (operator.requests(&["GET"]) >= resumed + 2).then_some(())
     })
     .await;
@@ -1674,7 +1659,7 @@ async fn a_concurrent_edit_refuses_the_conditional_update_which_reads_again_and_
     )
     .await;
     recorder.release();
-    let subnet = eventually("the gateway moved", || async {
+    let subnet = testing::eventually("the gateway moved", TIMEOUT, async || {
         let subnets = admin.list_subnets_on(&network_id).await.unwrap();
         let subnet = subnets.into_iter().find(|s| s.id == subnet_id)?;
         (subnet.gateway_ip.as_deref() == Some("10.69.1.254")).then_some(subnet)

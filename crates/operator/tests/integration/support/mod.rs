@@ -1,5 +1,12 @@
-//! What the controller suites share: the CRDs, an operator running in-process on the test's
-//! namespace, and the checks several suites make.
+//! What the suites share, one of each: the CRDs, the operator harness ([`operator`]), the
+//! namespace guard and the poller (`local_cluster::testing::{TestNamespace, poll, eventually,
+//! wait_for}`), the Ready condition's reason, and the checks several suites make.
+
+pub mod operator;
+
+pub use operator::{
+    Operator, OperatorProcess, create_foo, eventually, free_port, http_get, scratch_dir, wait_foo_available,
+};
 
 use std::time::Duration;
 
@@ -11,9 +18,9 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use local_cluster::testing;
 use sample_operator::runtime::RuntimeConfig;
-use sample_operator::runtime::requests::{RequestCounter, RequestCounts};
 use sample_operator::runtime::watch::InitialList;
 use sample_operator::{ControllerName, RunConfig};
+use sample_operator_api::conditions::Condition;
 
 /// A client of the test cluster with the operator's CRDs installed. `cargo xtask test` installs
 /// them once, before any test; this installs those a cluster lacks (one that run did not
@@ -59,50 +66,48 @@ pub fn config(namespace: Option<&str>, controllers: &[ControllerName]) -> RunCon
     }
 }
 
-/// The operator, running in this process on one namespace, with its requests counted.
-pub struct Operator {
-    pub requests: RequestCounter,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
+/// The objects whose status carries conditions, for [`ready_reason`].
+pub trait WithConditions: kube::Resource {
+    fn conditions(&self) -> &[Condition];
 }
 
-impl Operator {
-    pub async fn start(namespace: &str, controllers: &[ControllerName]) -> Self {
-        Self::start_with(config(Some(namespace), controllers)).await
+impl WithConditions for sample_operator_api::Foo {
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
     }
+}
 
-    pub async fn start_with(config: RunConfig) -> Self {
-        // As its ServiceAccount: whatever the operator does in a test, deploy/operator/rbac.yaml
-        // must allow.
-        let as_operator = operator_config(&testing::client().await).await;
-        Self::start_as(config, as_operator).await
+impl WithConditions for sample_operator_api::ExampleFoo {
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
     }
+}
 
-    /// Runs it with the client configuration `as_operator`, such as one that impersonates
-    /// another ServiceAccount.
-    pub async fn start_as(config: RunConfig, as_operator: kube::Config) -> Self {
-        let requests = RequestCounter::default();
-        let client = requests.client(as_operator).expect("operator client");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(sample_operator::run(client, config, async move {
-            let _ = stopped.await;
-        }));
-        Self { requests, stop, task }
+impl WithConditions for sample_operator_api::Network {
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
     }
+}
 
-    /// Requests sent so far.
-    pub fn requests(&self) -> RequestCounts {
-        self.requests.snapshot()
+impl WithConditions for sample_operator_api::MyCustomResource {
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
     }
+}
 
-    /// Stops it the way SIGTERM does and waits until it has.
-    pub async fn stop(self) {
-        let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(30), self.task)
-            .await
-            .expect("the operator stops within 30s")
-            .expect("the operator task does not panic");
-    }
+/// The Ready condition of `object`.
+pub fn ready_condition<K: WithConditions>(object: &K) -> Option<&Condition> {
+    sample_operator_api::conditions::find(object.conditions(), "Ready")
+}
+
+/// The status and reason of `object`'s Ready condition, as `("True", "Synced")`.
+pub fn ready_reason<K: WithConditions>(object: &K) -> Option<(String, String)> {
+    ready_condition(object).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// Whether `object`'s Ready condition was written for its current spec.
+pub fn ready_is_current<K: WithConditions>(object: &K) -> bool {
+    ready_condition(object).is_some_and(|c| c.observed_generation == object.meta().generation)
 }
 
 /// The steady state, once every object `operator` reconciles has converged: across five
@@ -152,21 +157,22 @@ pub async fn events_about(client: &Client, namespace: &str, name: &str) -> Vec<E
 
 /// Waits until an event of `reason` about `name` exists, and returns it.
 pub async fn wait_for_event(client: &Client, namespace: &str, name: &str, reason: &str) -> Event {
-    let start = std::time::Instant::now();
-    loop {
-        let events = events_about(client, namespace, name).await;
-        if let Some(event) = events.iter().find(|e| e.reason.as_deref() == Some(reason)) {
-            return event.clone();
-        }
-        if start.elapsed() > Duration::from_secs(30) {
-            let seen: Vec<_> = events
-                .iter()
-                .map(|e| (e.reason.clone(), e.note.clone()))
-                .collect();
-            panic!("no {reason} event about {name} within 30s; events: {seen:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let mut events = Vec::new();
+    let found = testing::poll(Duration::from_secs(30), async || {
+        events = events_about(client, namespace, name).await;
+        events
+            .iter()
+            .find(|e| e.reason.as_deref() == Some(reason))
+            .cloned()
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        let seen: Vec<_> = events
+            .iter()
+            .map(|e| (e.reason.clone(), e.note.clone()))
+            .collect();
+        panic!("no {reason} event about {name} within 30s; events: {seen:?}")
+    })
 }
 
 /// The operator's ServiceAccount, as the apiserver names it.
@@ -175,9 +181,9 @@ pub const OPERATOR_USER: &str = "system:serviceaccount:sample-operator:sample-op
 /// Installs the operator's namespace, ServiceAccount and RBAC from `deploy/operator/`.
 pub async fn install_operator_rbac(client: &Client) {
     for manifest in [
-        include_str!("../../../../deploy/operator/namespace.yaml"),
-        include_str!("../../../../deploy/operator/serviceaccount.yaml"),
-        include_str!("../../../../deploy/operator/rbac.yaml"),
+        include_str!("../../../../../deploy/operator/namespace.yaml"),
+        include_str!("../../../../../deploy/operator/serviceaccount.yaml"),
+        include_str!("../../../../../deploy/operator/rbac.yaml"),
     ] {
         testing::apply_manifest(client, manifest)
             .await
