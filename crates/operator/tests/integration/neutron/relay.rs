@@ -159,11 +159,13 @@ impl RequestRecorder {
 
     /// The requests seen at or after `when`.
     pub fn since(&self, when: SystemTime) -> Vec<String> {
+        self.timed_since(when).into_iter().map(|(_, line)| line).collect()
+    }
+
+    /// [`Self::since`], each request with when it reached the relay.
+    pub fn timed_since(&self, when: SystemTime) -> Vec<(SystemTime, String)> {
         let seen = self.seen.lock().unwrap();
-        seen.iter()
-            .filter(|(at, _)| *at >= when)
-            .map(|(_, line)| line.clone())
-            .collect()
+        seen.iter().filter(|(at, _)| *at >= when).cloned().collect()
     }
 }
 
