@@ -128,28 +128,32 @@ fn created_from(sent: &[Sent]) -> Value {
     created(&create.body, "deployment-uid")
 }
 
-#[tokio::test]
-async fn a_deployment_the_foo_does_not_own_is_reported_once_and_never_written() {
-    let foo = foo("someone-elses", 1);
-    let foreign = json!({
+/// `someone-elses`, a Deployment of another owner, as the apiserver sends it.
+fn foreign_deployment() -> Value {
+    json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": { "name": "someone-elses", "namespace": NAMESPACE, "uid": "foreign-uid", "resourceVersion": "5" },
         "spec": { "replicas": 1, "selector": { "matchLabels": { "app": "theirs" } },
                   "template": { "metadata": { "labels": { "app": "theirs" } },
                                 "spec": { "containers": [{ "name": "app", "image": "theirs:1" }] } } },
-    });
+    })
+}
+
+/// The apiserver's refusal of a create of `someone-elses`, which exists.
+fn already_exists() -> (u16, Value) {
+    let message = "deployments.apps \"someone-elses\" already exists";
+    (409, failure(409, "AlreadyExists", message))
+}
+
+#[tokio::test]
+async fn a_deployment_the_foo_does_not_own_is_reported_once_and_never_written() {
+    let foo = foo("someone-elses", 1);
+    let foreign = foreign_deployment();
     let table = DeploymentTable::default();
     let answering = foo.clone();
     let api = ApiServer::new(move |sent| {
         if sent.is("POST", DEPLOYMENTS) {
-            return Some((
-                409,
-                failure(
-                    409,
-                    "AlreadyExists",
-                    "deployments.apps \"someone-elses\" already exists",
-                ),
-            ));
+            return Some(already_exists());
         }
         if sent.is("GET", &format!("{DEPLOYMENTS}/someone-elses")) {
             return Some((200, foreign.clone()));
@@ -271,13 +275,7 @@ async fn a_conflict_is_retried_ever_more_rarely_with_one_create_each_and_reporte
     use std::time::Duration;
 
     let foo = foo("someone-elses", 1);
-    let foreign = json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": { "name": "someone-elses", "namespace": NAMESPACE, "uid": "foreign-uid", "resourceVersion": "5" },
-        "spec": { "replicas": 1, "selector": { "matchLabels": { "app": "theirs" } },
-                  "template": { "metadata": { "labels": { "app": "theirs" } },
-                                "spec": { "containers": [{ "name": "app", "image": "theirs:1" }] } } },
-    });
+    let foreign = foreign_deployment();
     let blocked = Arc::new(AtomicBool::new(true));
     let answering = (foo.clone(), blocked.clone());
     let api = ApiServer::new(move |sent| {
@@ -286,8 +284,7 @@ async fn a_conflict_is_retried_ever_more_rarely_with_one_create_each_and_reporte
             if !blocked.load(Ordering::SeqCst) {
                 return Some((201, created(&sent.body, "deployment-uid")));
             }
-            let message = "deployments.apps \"someone-elses\" already exists";
-            return Some((409, failure(409, "AlreadyExists", message)));
+            return Some(already_exists());
         }
         if sent.is("GET", &format!("{DEPLOYMENTS}/someone-elses")) {
             return blocked.load(Ordering::SeqCst).then(|| (200, foreign.clone()));

@@ -246,8 +246,8 @@ async fn the_test_beds_secrets_are_private_files_never_logs_or_arguments() {
 /// front of Keystone (the test bed's own [`TOKEN_LIFETIME_SECONDS`] with `cargo xtask test
 /// --scale`): an operator running past one and a half of their lifetimes (listing Neutron every
 /// few seconds, and syncing a Network at the end) renews each token before it expires, on its
-/// own: no restart, no failed request or reconcile, and about one token a lifetime, counted as
-/// they leave for Keystone.
+/// own: no restart, no failed request or reconcile, each token replaced before it expired and
+/// no more tokens than renewals need, timed as they leave for Keystone.
 #[tokio::test]
 async fn tokens_are_renewed_before_they_expire_without_a_failed_request() {
     let Scene(_, bed, _, ns, api) = Scene::new("neutron-tokens").await;
