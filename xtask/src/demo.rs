@@ -1,6 +1,6 @@
 //! `cargo xtask demo`: the operator at work on the seeds' samples, on the local cluster.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -128,11 +128,12 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
         cluster.logs_dir().join("sample-operator.log").display()
     );
     println!("$ sample-operator {}", operator_args().join(" "));
-    let mut operator = start_operator(cluster, &operator_args(), "sample-operator.log")?;
+    let mut operator = start_operator(cluster, &binary, &operator_args(), "sample-operator.log")?;
     // The Networks of an earlier run keep their finalizers until an operator of their backend
     // lets them go: both run while the namespaces are deleted.
     let mut leftover = start_operator(
         cluster,
+        &binary,
         &neutron_operator_args(&bed),
         "sample-operator-neutron.log",
     )?;
@@ -151,7 +152,7 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
     let result = scenes(&demo);
     stop_operator(&mut operator);
     result?;
-    neutron_scene(&demo, cluster, &bed)?;
+    neutron_scene(&demo, cluster, &binary, &bed)?;
     if problems.is_empty() {
         real_node_scene(&demo, cluster)?;
     } else {
@@ -164,13 +165,7 @@ pub async fn run(cluster: &LocalCluster) -> Result<()> {
     println!("\n== done. The cluster keeps running; `cargo xtask cluster down` stops it.");
     println!("Run the operator yourself with:");
     println!("  export KUBECONFIG={}", cluster.kubeconfig().display());
-    println!(
-        "  {} run",
-        crate::cargo_build::target_dir()
-            .join(crate::cargo_build::STATIC_TARGET)
-            .join("debug/sample-operator")
-            .display()
-    );
+    println!("  {} run", binary.display());
     Ok(())
 }
 
@@ -542,7 +537,7 @@ fn network_scene(demo: &Demo) -> Result<()> {
 /// The seeds' own backend: a second operator, with `--network-backend neutron`, for the
 /// Networks of its namespace, against the test bed's Keystone and neutron-server, looked at
 /// with the real `openstack` command line.
-fn neutron_scene(demo: &Demo, cluster: &LocalCluster, bed: &OpenStack) -> Result<()> {
+fn neutron_scene(demo: &Demo, cluster: &LocalCluster, binary: &Path, bed: &OpenStack) -> Result<()> {
     println!(
         "\n== Neutron: a second operator, for the Networks of namespace {NEUTRON_NAMESPACE} (logs in {})",
         cluster.logs_dir().join("sample-operator-neutron.log").display()
@@ -550,7 +545,7 @@ fn neutron_scene(demo: &Demo, cluster: &LocalCluster, bed: &OpenStack) -> Result
     let args = neutron_operator_args(bed);
     println!("$ sample-operator {}", args.join(" "));
     demo.quiet(&["create", "namespace", NEUTRON_NAMESPACE])?;
-    let mut operator = start_operator(cluster, &args, "sample-operator-neutron.log")?;
+    let mut operator = start_operator(cluster, binary, &args, "sample-operator-neutron.log")?;
     let result = neutron_steps(demo, bed);
     stop_operator(&mut operator);
     result
@@ -715,10 +710,8 @@ fn neutron_operator_args(bed: &OpenStack) -> Vec<String> {
     ]
 }
 
-/// Builds the operator and starts it against the local cluster, logging to the cluster's logs.
-fn start_operator(cluster: &LocalCluster, args: &[String], log: &str) -> Result<Child> {
-    // The build above's binary, which the image holds too: cargo finds it fresh.
-    let binary = crate::cargo_build::operator_static("dev", true)?;
+/// Starts the operator's `binary` against the local cluster, logging to the cluster's logs.
+fn start_operator(cluster: &LocalCluster, binary: &Path, args: &[String], log: &str) -> Result<Child> {
     let log = std::fs::File::create(cluster.logs_dir().join(log))?;
     let child = Command::new(binary)
         .args(args)

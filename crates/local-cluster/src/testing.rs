@@ -247,22 +247,10 @@ pub async fn wait_for<K>(
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
 {
-    let mut last_seen = String::new();
-    let found = poll(timeout, async || {
-        match api.get_opt(name).await {
-            Ok(Some(obj)) if done(&obj) => return Some(obj),
-            Ok(Some(obj)) => last_seen = describe(&obj),
-            Ok(None) => last_seen = format!("{name} does not exist"),
-            Err(e) => last_seen = format!("error: {e}"),
-        }
-        None
+    wait_for_state(api, name, &format!("{name}: {what}"), timeout, |obj| {
+        obj.filter(|obj| done(obj)).cloned()
     })
-    .await;
-    found.ok_or_else(|| Error::Timeout {
-        what: format!("{name}: {what}"),
-        seconds: timeout.as_secs(),
-        last_seen,
-    })
+    .await
 }
 
 /// Waits until `name` no longer exists.
@@ -270,12 +258,30 @@ pub async fn wait_for_deletion<K>(api: &Api<K>, name: &str, timeout: Duration) -
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
 {
+    let what = format!("{name} to be deleted");
+    wait_for_state(api, name, &what, timeout, |obj| obj.is_none().then_some(())).await
+}
+
+/// Polls `api` for `name` (`None` while it does not exist) until `done` returns a value; on
+/// timeout, an error with the last state seen.
+async fn wait_for_state<K, T>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(Option<&K>) -> Option<T>,
+) -> Result<T>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
     let mut last_seen = String::new();
-    let gone = poll(timeout, async || match api.get_opt(name).await {
-        Ok(None) => Some(()),
-        Ok(Some(obj)) => {
-            last_seen = describe(&obj);
-            None
+    let found = poll(timeout, async || match api.get_opt(name).await {
+        Ok(obj) => {
+            let value = done(obj.as_ref());
+            if value.is_none() {
+                last_seen = obj.map_or_else(|| format!("{name} does not exist"), |o| describe(&o));
+            }
+            value
         }
         Err(e) => {
             last_seen = format!("error: {e}");
@@ -283,8 +289,8 @@ where
         }
     })
     .await;
-    gone.ok_or_else(|| Error::Timeout {
-        what: format!("{name} to be deleted"),
+    found.ok_or_else(|| Error::Timeout {
+        what: what.to_owned(),
         seconds: timeout.as_secs(),
         last_seen,
     })
