@@ -53,6 +53,8 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Write the CRD manifests (deploy/crds/ and the chart's copies) from the Rust types.
     Crds,
+    /// Write the plain manifests in deploy/operator/ from the Helm chart's defaults.
+    Manifests,
     /// Build the operator's container image without Docker (an OCI layout tar in
     /// target/image/) and import it into the real node's containerd when one runs.
     Image(image::ImageArgs),
@@ -121,6 +123,16 @@ fn write_crds() -> Result<()> {
     Ok(())
 }
 
+fn write_manifests() -> Result<()> {
+    let root = paths::repo_root();
+    for (name, text) in local_cluster::manifests::plain_manifests(&root)? {
+        let path = root.join(local_cluster::manifests::PLAIN).join(name);
+        std::fs::write(&path, text)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     match run(Args::parse()) {
         Ok(code) => code,
@@ -183,6 +195,7 @@ fn run(args: Args) -> Result<ExitCode> {
         Cmd::Neutron { action } => return neutron(&runtime, &cluster, action),
         Cmd::Demo => runtime.block_on(demo::run(&cluster))?,
         Cmd::Crds => write_crds()?,
+        Cmd::Manifests => write_manifests()?,
         Cmd::Image(args) => {
             image::run(&cluster, &args)?;
         }

@@ -16,6 +16,7 @@ pub mod http;
 pub mod image;
 mod kubeconfig;
 mod lock;
+pub mod manifests;
 mod network;
 pub mod node;
 pub mod openstack;

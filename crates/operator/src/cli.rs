@@ -266,16 +266,9 @@ impl NetworkBackendArgs {
             .map_err(|e| format!("--network-backend neutron: {e}"))?;
         let cluster_id = match &self.cluster_id {
             Some(id) => id.clone(),
-            None => {
-                let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
-                    kube::Api::all(client.clone());
-                namespaces
-                    .get("kube-system")
-                    .await
-                    .ok()
-                    .and_then(|ns| ns.metadata.uid)
-                    .ok_or("--network-backend neutron: cannot read the kube-system namespace's UID to identify the cluster; give --cluster-id")?
-            }
+            None => default_cluster_id(client).await.ok_or(
+                "--network-backend neutron: cannot read the kube-system namespace's UID to identify the cluster; give --cluster-id",
+            )?,
         };
         crate::network::backend::neutron::model::validate_cluster_id(&cluster_id)
             .map_err(|e| format!("--cluster-id: {e}"))?;
@@ -295,6 +288,13 @@ impl NetworkBackendArgs {
             resync: Duration::from_secs(self.neutron_resync_seconds),
         }))
     }
+}
+
+/// The cluster's identity in Neutron's tags when `--cluster-id` is not given: the kube-system
+/// namespace's UID, which lives as long as the cluster.
+pub async fn default_cluster_id(client: &kube::Client) -> Option<String> {
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    namespaces.get("kube-system").await.ok()?.metadata.uid
 }
 
 /// Leader election among replicas.
@@ -500,6 +500,14 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     let telemetry_health = telemetry.health.clone();
     let outcome = if args.leader_election.leader_elect {
         let election = &args.leader_election;
+        if election.lease_grace_seconds == 0
+            || election.lease_grace_seconds >= election.lease_duration_seconds
+        {
+            return Err(format!(
+                "--lease-grace-seconds ({}) must be at least 1 and less than --lease-duration-seconds ({}): the holder renews that long before the Lease expires",
+                election.lease_grace_seconds, election.lease_duration_seconds
+            ));
+        }
         let lease = LeaseConfig {
             name: election.leader_election_name.clone(),
             namespace: election.namespace(),
@@ -633,6 +641,83 @@ fn print_crds(example_com: bool) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rows of the options table in docs/operating.md, as (first cell, environment cell,
+    /// default cell).
+    fn documented_options() -> Vec<(String, String, String)> {
+        let page = include_str!("../../../docs/operating.md");
+        let table = page
+            .split_once("<!-- options-table")
+            .expect("the options table of docs/operating.md")
+            .1;
+        table
+            .lines()
+            .skip(3) // the marker's line, the header, the separator
+            .take_while(|line| line.starts_with('|'))
+            .map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                (cells[1].to_owned(), cells[2].to_owned(), cells[3].to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_options_table_documents_every_flag_with_its_variable_and_default_and_nothing_else() {
+        let command = <Args as clap::CommandFactory>::command();
+        let mut flags = std::collections::BTreeMap::new();
+        for sub in command.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if matches!(long, "help" | "version") {
+                    continue;
+                }
+                let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+                let default = if arg.get_action().takes_values() {
+                    let values: Vec<String> = arg
+                        .get_default_values()
+                        .iter()
+                        .map(|v| v.to_string_lossy().into_owned())
+                        .collect();
+                    values.join(",")
+                } else {
+                    "false".to_owned() // a switch
+                };
+                let previous = flags.insert(format!("--{long}"), (env, default));
+                assert!(
+                    previous.is_none(),
+                    "--{long} is in two commands: give it two rows"
+                );
+            }
+        }
+        let mut rows = std::collections::BTreeSet::new();
+        for (first, env_cell, default_cell) in documented_options() {
+            let flag = first.split('`').nth(1).unwrap_or_default().to_owned();
+            let (env, default) = flags
+                .get(&flag)
+                .unwrap_or_else(|| panic!("docs/operating.md documents {first}, which is no flag"));
+            match env {
+                Some(env) => assert_eq!(env_cell, format!("`{env}`"), "{flag}'s variable"),
+                None => assert_eq!(env_cell, "none", "{flag} has no variable"),
+            }
+            if default.is_empty() {
+                assert!(
+                    default_cell.starts_with("none"),
+                    "{flag} has no default: say what happens without it, after \"none: \""
+                );
+            } else {
+                assert!(
+                    default_cell.starts_with(&format!("`{default}`")),
+                    "{flag}'s default is `{default}`, the table says {default_cell}"
+                );
+            }
+            assert!(rows.insert(flag.clone()), "{flag} has two rows");
+        }
+        let undocumented: Vec<&String> = flags.keys().filter(|f| !rows.contains(*f)).collect();
+        assert!(
+            undocumented.is_empty(),
+            "flags missing from the options table of docs/operating.md: {undocumented:?}"
+        );
+    }
 
     fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
         let argv = ["sample-operator", "run"].iter().chain(args);

@@ -236,6 +236,82 @@ mod tests {
         }
     }
 
+    /// The `Ready` reasons a source file declares in its `pub mod reason { … }`: its own
+    /// constants, and those it re-exports from the runtime's.
+    fn declared_reasons(source: &str) -> Vec<String> {
+        let shared = include_str!("runtime/status.rs");
+        let constant = |source: &str, name: &str| -> Option<String> {
+            let line = source
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("pub const {name}: &str = ")))?;
+            Some(line.split('"').nth(1)?.to_owned())
+        };
+        let block = source
+            .split_once("pub mod reason {")
+            .expect("a `pub mod reason` block")
+            .1
+            .split_once("\n}")
+            .unwrap()
+            .0;
+        let mut reasons = Vec::new();
+        for line in block.lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix("pub const ") {
+                reasons.push(rest.split('"').nth(1).unwrap().to_owned());
+            } else if let Some(rest) = line.strip_prefix("pub use crate::runtime::status::reason::") {
+                for name in rest.trim_matches(|c| "{};".contains(c)).split(',').map(str::trim) {
+                    reasons.push(constant(shared, name).unwrap_or_else(|| panic!("runtime reason {name}")));
+                }
+            }
+        }
+        reasons
+    }
+
+    #[test]
+    fn the_runbooks_explain_every_ready_reason_and_nothing_else() {
+        let mut declared = std::collections::BTreeSet::new();
+        for (kind, source) in [
+            ("Foo", include_str!("foo/status.rs")),
+            ("Network", include_str!("network/status.rs")),
+            ("MyCustomResource", include_str!("my_custom_resource/status.rs")),
+        ] {
+            for reason in declared_reasons(source) {
+                declared.insert((kind.to_owned(), reason));
+            }
+        }
+        // A Network's backend failures carry the reason BackendError::reason gives them.
+        let backend = include_str!("network/backend/mod.rs");
+        let reason_fn = backend
+            .split_once("pub fn reason(&self) -> &'static str {")
+            .expect("BackendError::reason")
+            .1
+            .split_once("\n    }")
+            .unwrap()
+            .0;
+        for reason in reason_fn.split('"').skip(1).step_by(2) {
+            declared.insert(("Network".to_owned(), reason.to_owned()));
+        }
+        let page = include_str!("../../../docs/runbooks.md");
+        let table = page
+            .split_once("<!-- reasons-table")
+            .expect("the reasons table of docs/runbooks.md")
+            .1;
+        let documented: std::collections::BTreeSet<(String, String)> = table
+            .lines()
+            .skip(3)
+            .take_while(|line| line.starts_with('|'))
+            .map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                (cells[1].to_owned(), cells[2].trim_matches('`').to_owned())
+            })
+            .collect();
+        let undocumented: Vec<_> = declared.difference(&documented).collect();
+        let stale: Vec<_> = documented.difference(&declared).collect();
+        assert!(
+            undocumented.is_empty() && stale.is_empty(),
+            "reasons missing from docs/runbooks.md's table: {undocumented:?}\nrows naming no reason: {stale:?}"
+        );
+    }
+
     /// The table of metrics in docs/operating.md, as (name, type) pairs.
     fn documented_metrics() -> Vec<(String, String)> {
         let page = include_str!("../../../docs/operating.md");

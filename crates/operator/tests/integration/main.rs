@@ -17,5 +17,6 @@ mod my_custom_resource;
 mod network;
 mod neutron;
 mod process;
+mod rbac;
 mod real_node;
 mod support;

@@ -41,6 +41,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and .Values.metrics.secure .Values.metrics.podMonitor.enabled (not .Values.metrics.podMonitor.tokenSecret.name) }}
 {{- fail "metrics.podMonitor.enabled with metrics.secure needs metrics.podMonitor.tokenSecret.name: a Secret with the token of a ServiceAccount in metrics.readers, which the PodMonitor sends" }}
 {{- end }}
+{{- with .Values.leaderElection }}
+{{- if and .enabled (ge (int .leaseGraceSeconds) (int .leaseDurationSeconds)) }}
+{{- fail "leaderElection.leaseGraceSeconds must be less than leaderElection.leaseDurationSeconds: the holder renews that long before the Lease expires" }}
+{{- end }}
+{{- end }}
 {{- if and .Values.networkPolicy.enabled (not .Values.networkPolicy.apiServer) }}
 {{- fail "networkPolicy.enabled needs networkPolicy.apiServer: the API server's endpoints, as {cidr, port}" }}
 {{- end }}
