@@ -574,3 +574,38 @@ async fn remove_real_node(cluster: &LocalCluster) -> Result<()> {
     println!("stopped; no process, mount, cgroup, link, iptables chain or host path left");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_local_cluster_page_lists_every_command_and_nothing_else() {
+        let page = include_str!("../../docs/local-cluster.md");
+        let table = page
+            .split_once("<!-- xtask-table")
+            .expect("the command table of docs/local-cluster.md")
+            .1;
+        let documented: std::collections::BTreeSet<String> = table
+            .lines()
+            .skip(3)
+            .take_while(|line| line.starts_with('|'))
+            .map(|line| line.split('`').nth(1).unwrap_or_default().to_owned())
+            .collect();
+        let mut commands = std::collections::BTreeSet::new();
+        let root = <Args as clap::CommandFactory>::command();
+        for command in root.get_subcommands() {
+            let mut nested = command.get_subcommands().peekable();
+            if nested.peek().is_none() {
+                commands.insert(format!("cargo xtask {}", command.get_name()));
+            }
+            for sub in nested {
+                commands.insert(format!("cargo xtask {} {}", command.get_name(), sub.get_name()));
+            }
+        }
+        assert_eq!(
+            commands, documented,
+            "the commands (left) and the table in docs/local-cluster.md (right) differ"
+        );
+    }
+}

@@ -212,7 +212,14 @@ mod tests {
         assert!(rows.len() >= 10, "{rows:?}");
         let mut sources = String::new();
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut folders = vec![root.join("src"), root.join("tests")];
+        // The tests of every crate of the workspace.
+        let mut folders = vec![
+            root.join("src"),
+            root.join("tests"),
+            root.join("../api/src"),
+            root.join("../local-cluster/src"),
+            root.join("../../xtask"),
+        ];
         while let Some(folder) = folders.pop() {
             for entry in std::fs::read_dir(&folder).unwrap() {
                 let path = entry.unwrap().path();
