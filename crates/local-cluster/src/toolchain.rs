@@ -110,6 +110,17 @@ const KUBE_SCORE: Module = Module {
     cgo: false,
 };
 
+/// kubernetes/sample-controller, unchanged, from the benchmark's Go module (`bench/go/`): the
+/// test of switching from it runs the very release the benchmark compares with.
+const SAMPLE_CONTROLLER: Module = Module {
+    name: "sample-controller",
+    dir: "../bench/go",
+    pinned: "k8s.io/sample-controller",
+    packages: &["k8s.io/sample-controller"],
+    tags: "",
+    cgo: false,
+};
+
 /// The node agents of `cluster up --real-node`, from the same Kubernetes release as the control
 /// plane (the same wrapper module, so the same pinned dependencies); cached apart so that the
 /// control plane does not rebuild when only they are wanted.
@@ -288,6 +299,12 @@ pub fn prometheus() -> Result<Prometheus> {
 pub fn kube_score() -> Result<PathBuf> {
     let _lock = crate::lock::FileLock::acquire(&paths::cache_dir().join("build.lock"))?;
     Ok(build(&KUBE_SCORE)?.join("kube-score"))
+}
+
+/// kubernetes/sample-controller's binary, built from the benchmark's Go module when not cached.
+pub fn sample_controller() -> Result<PathBuf> {
+    let _lock = crate::lock::FileLock::acquire(&paths::cache_dir().join("build.lock"))?;
+    Ok(build(&SAMPLE_CONTROLLER)?.join("sample-controller"))
 }
 
 /// The folder of the Prometheus Operator's CustomResourceDefinitions (ServiceMonitor,
@@ -556,6 +573,9 @@ mod tests {
         assert!(k8s.starts_with("v1.36."), "{k8s}");
         assert!(pinned_version(&ETCD).unwrap().starts_with("v3.6."));
         assert_eq!(pinned_version(&KWOK).unwrap(), "v0.8.0");
+        // The release of the control plane, as the benchmark's peer.
+        let staging = pinned_version(&KUBERNETES).unwrap().replacen("v1.", "v0.", 1);
+        assert_eq!(pinned_version(&SAMPLE_CONTROLLER).unwrap(), staging);
     }
 
     #[test]

@@ -706,8 +706,10 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
          scheduler or kwok, so no Pods and `availableReplicas` stays 0), {go}. {repeats} run(s) per contender in \
          the backlog and burst at each size, alternating between contenders (one for the steady state, memory \
          and restart). Each run has a fresh namespace, deleted after it{fresh}.\n\
-         - Our operator runs as `sample-operator run --kubeconfig PATH --controllers=foo` (release build, otherwise with \
-         its defaults: the peers run a Foo controller only); sample-controller as \
+         - Our operator runs as `sample-operator run --kubeconfig PATH --controllers=foo --initial-list=list` (release \
+         build; the peers run a Foo controller only, and list before they watch), with `--foo-resources={{}} \
+         --foo-security-context={{}}` so that its Deployments have a bare container like the peers', every other \
+         setting at its default; \"ours, streaming lists\" with `--initial-list=stream` instead; sample-controller as \
          `sample-controller -kubeconfig PATH` with its defaults, controller-runtime-foo with controller-runtime's \
          defaults (one reconcile at a time, no client-side rate limit). Tuned, as their users run them: \
          sample-controller with {conc} workers and no client-side rate limit (`-workers={conc} -qps=-1`, flags \

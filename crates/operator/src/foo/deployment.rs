@@ -42,6 +42,16 @@ pub fn desired(foo: &impl FooKind, settings: &Settings) -> Deployment {
         .controller_owner_ref(&())
         .expect("a Foo from the apiserver has a name and uid");
     let labels = selector_labels(foo);
+    let mut container = json!({ "name": "nginx", "image": settings.image });
+    // Empty settings leave the fields unset, as kubernetes/sample-controller's template does:
+    // an empty security context would still be a change to that template, and roll every
+    // Deployment taken over from it.
+    if settings.resources != Default::default() {
+        container["resources"] = json!(settings.resources);
+    }
+    if settings.security_context != Default::default() {
+        container["securityContext"] = json!(settings.security_context);
+    }
     serde_json::from_value(json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -56,12 +66,7 @@ pub fn desired(foo: &impl FooKind, settings: &Settings) -> Deployment {
             "selector": { "matchLabels": labels },
             "template": {
                 "metadata": { "labels": labels },
-                "spec": { "containers": [{
-                    "name": "nginx",
-                    "image": settings.image,
-                    "resources": settings.resources,
-                    "securityContext": settings.security_context,
-                }] },
+                "spec": { "containers": [container] },
             },
         },
     }))
@@ -412,6 +417,25 @@ mod tests {
             Some(&settings.security_context)
         );
         assert_eq!(d.metadata.labels.unwrap()[SETTINGS_LABEL], settings.digest());
+    }
+
+    /// kubernetes/sample-controller's template, field for field, when the settings are empty:
+    /// taking over its Deployments then changes nothing that rolls them.
+    #[test]
+    fn empty_settings_give_the_tutorials_template() {
+        let settings = Settings {
+            resources: Default::default(),
+            security_context: Default::default(),
+            ..Settings::default()
+        };
+        let d = serde_json::to_value(desired(&foo(Some(1)), &settings)).unwrap();
+        assert_eq!(
+            d["spec"]["template"],
+            json!({
+                "metadata": { "labels": { "app": "nginx", "controller": "example-foo" } },
+                "spec": { "containers": [{ "name": "nginx", "image": "nginx:latest" }] },
+            })
+        );
     }
 
     #[test]

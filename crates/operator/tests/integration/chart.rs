@@ -22,6 +22,9 @@ const RELEASE: &str = "sample-operator";
 /// The namespace the one-namespace combinations watch.
 const TEAM: &str = "chart-team-a";
 const UNPRIVILEGED_NGINX: &str = "fooDeployments.image=nginxinc/nginx-unprivileged:1.29";
+/// The first of the two values that take over kubernetes/sample-controller's Deployments
+/// unchanged (docs/switching.md).
+const TUTORIAL_TEMPLATE: &str = "fooDeployments.resources=null";
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 /// Every option of the chart, in the combinations a platform team would choose.
@@ -125,6 +128,10 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                 ]),
             ]
             .concat(),
+        ),
+        (
+            "taking over kubernetes/sample-controller's Deployments unchanged",
+            sets(&[TUTORIAL_TEMPLATE, "fooDeployments.securityContext=null"]),
         ),
         (
             "Foo Deployments for Pod Security restricted",
@@ -581,7 +588,7 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
                     .expect("the dashboard's JSON");
             assert_eq!(json["uid"], "sample-operator", "{name}");
         }
-        assert_foo_deployments(name, &objects, has(UNPRIVILEGED_NGINX));
+        assert_foo_deployments(name, &objects, has(UNPRIVILEGED_NGINX), has(TUTORIAL_TEMPLATE));
         assert_values_reach_the_operator(name, &sets, &objects);
         let image = pod["containers"][0]["image"].as_str().unwrap();
         if sets.iter().any(|s| s.starts_with("image.digest=")) {
@@ -757,12 +764,23 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
 /// The operator takes the chart's arguments, and runs Foos' Deployments as the values say: the
 /// defaults are the operator's own, the workload policy allows the image it runs, and values
 /// set over the defaults keep the rest of them.
-fn assert_foo_deployments(name: &str, objects: &[serde_json::Value], restricted: bool) {
+fn assert_foo_deployments(name: &str, objects: &[serde_json::Value], restricted: bool, tutorial: bool) {
     use sample_operator::foo::Settings;
 
     let settings = rendered_run_args(name, objects).foo_workload.settings();
     let defaults = Settings::default();
-    if restricted {
+    if tutorial {
+        // Nothing set but the image: kubernetes/sample-controller's template.
+        assert_eq!(
+            settings,
+            Settings {
+                resources: Default::default(),
+                security_context: Default::default(),
+                ..defaults
+            },
+            "{name}"
+        );
+    } else if restricted {
         assert_eq!(settings.image, "nginxinc/nginx-unprivileged:1.29", "{name}");
         let context = &settings.security_context;
         assert_eq!(context.run_as_non_root, Some(true), "{name}");

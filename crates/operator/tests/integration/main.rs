@@ -20,3 +20,4 @@ mod process;
 mod rbac;
 mod real_node;
 mod support;
+mod switching;
