@@ -35,7 +35,8 @@ use run::RunOptions;
 pub enum Preset {
     /// The whole table (bench/RESULTS.md): 1,000 to 100,000 Foos; most of a day.
     Full,
-    /// Every contender and scenario at a small size, once: a few minutes, a smoke test.
+    /// Every contender and scenario at a small size, once: minutes rather than hours (its time
+    /// as the smoke test of `cargo xtask test` is in the README's figures).
     Quick,
 }
 

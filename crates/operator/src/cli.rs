@@ -645,19 +645,9 @@ mod tests {
     /// The rows of the options table in docs/operating.md, as (first cell, environment cell,
     /// default cell).
     fn documented_options() -> Vec<(String, String, String)> {
-        let page = include_str!("../../../docs/operating.md");
-        let table = page
-            .split_once("<!-- options-table")
-            .expect("the options table of docs/operating.md")
-            .1;
-        table
-            .lines()
-            .skip(3) // the marker's line, the header, the separator
-            .take_while(|line| line.starts_with('|'))
-            .map(|line| {
-                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-                (cells[1].to_owned(), cells[2].to_owned(), cells[3].to_owned())
-            })
+        crate::doc_tables::rows(include_str!("../../../docs/operating.md"), "options-table")
+            .into_iter()
+            .map(|cells| (cells[0].clone(), cells[1].clone(), cells[2].clone()))
             .collect()
     }
 

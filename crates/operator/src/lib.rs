@@ -9,6 +9,8 @@
 //! selected ones until shutdown.
 
 pub mod cli;
+#[cfg(test)]
+mod doc_tables;
 pub mod foo;
 pub mod my_custom_resource;
 pub mod network;
@@ -199,16 +201,7 @@ mod tests {
     /// Every test the README's security table names is a test of this repository.
     #[test]
     fn the_readmes_security_table_names_tests_that_exist() {
-        let readme = include_str!("../../../README.md");
-        let table = readme
-            .split_once("<!-- security-table")
-            .expect("the README's security table")
-            .1;
-        let rows: Vec<&str> = table
-            .lines()
-            .skip(3)
-            .take_while(|line| line.starts_with('|'))
-            .collect();
+        let rows = crate::doc_tables::rows(include_str!("../../../README.md"), "security-table");
         assert!(rows.len() >= 10, "{rows:?}");
         let mut sources = String::new();
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -231,9 +224,9 @@ mod tests {
             }
         }
         for row in rows {
-            let tests = row.rsplit('|').nth(1).expect("a test column");
+            let tests = row.last().expect("a test column");
             let names: Vec<&str> = tests.split('`').skip(1).step_by(2).collect();
-            assert!(!names.is_empty(), "no test named in {row}");
+            assert!(!names.is_empty(), "no test named in {row:?}");
             for name in names {
                 assert!(
                     sources.contains(&format!("fn {name}(")) || sources.contains(&format!("fn {name}<")),
@@ -297,20 +290,11 @@ mod tests {
         for reason in reason_fn.split('"').skip(1).step_by(2) {
             declared.insert(("Network".to_owned(), reason.to_owned()));
         }
-        let page = include_str!("../../../docs/runbooks.md");
-        let table = page
-            .split_once("<!-- reasons-table")
-            .expect("the reasons table of docs/runbooks.md")
-            .1;
-        let documented: std::collections::BTreeSet<(String, String)> = table
-            .lines()
-            .skip(3)
-            .take_while(|line| line.starts_with('|'))
-            .map(|line| {
-                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-                (cells[1].to_owned(), cells[2].trim_matches('`').to_owned())
-            })
-            .collect();
+        let documented: std::collections::BTreeSet<(String, String)> =
+            crate::doc_tables::rows(include_str!("../../../docs/runbooks.md"), "reasons-table")
+                .into_iter()
+                .map(|cells| (cells[0].clone(), cells[1].trim_matches('`').to_owned()))
+                .collect();
         let undocumented: Vec<_> = declared.difference(&documented).collect();
         let stale: Vec<_> = documented.difference(&declared).collect();
         assert!(
@@ -321,19 +305,9 @@ mod tests {
 
     /// The table of metrics in docs/operating.md, as (name, type) pairs.
     fn documented_metrics() -> Vec<(String, String)> {
-        let page = include_str!("../../../docs/operating.md");
-        let table = page
-            .split_once("<!-- metrics-table")
-            .expect("the metrics table of docs/operating.md")
-            .1;
-        table
-            .lines()
-            .skip(3) // the marker's line, the header, the separator
-            .take_while(|line| line.starts_with('|'))
-            .map(|line| {
-                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-                (cells[1].trim_matches('`').to_owned(), cells[2].to_owned())
-            })
+        crate::doc_tables::rows(include_str!("../../../docs/operating.md"), "metrics-table")
+            .into_iter()
+            .map(|cells| (cells[0].trim_matches('`').to_owned(), cells[1].clone()))
             .collect()
     }
 

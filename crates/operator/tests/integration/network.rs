@@ -84,6 +84,18 @@ pub(crate) async fn install_nad_crd(client: &Client) {
     testing::install_crds(client, &[crd]).await.unwrap();
 }
 
+/// An attachment definition of someone else's, of that name: a macvlan configuration, labelled
+/// as another team's.
+pub(crate) fn foreign_definition(name: &str) -> NetworkAttachmentDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": { "name": name, "labels": { "team": "someone-else" } },
+        "spec": { "config": format!(r#"{{"cniVersion":"1.0.0","name":"{name}","type":"macvlan"}}"#) },
+    }))
+    .unwrap()
+}
+
 fn message(network: &Network) -> String {
     ready_condition(network)
         .map(|c| c.message.clone())
@@ -652,13 +664,7 @@ async fn hand_edits_of_the_attachment_definition_are_reverted() {
 async fn an_attachment_definition_the_network_does_not_own_is_never_taken_or_deleted() {
     let Scene { client, ns } = Scene::new("net-foreign").await;
     let nads = ns.api::<NetworkAttachmentDefinition>();
-    let foreign: NetworkAttachmentDefinition = serde_json::from_value(json!({
-        "apiVersion": "k8s.cni.cncf.io/v1",
-        "kind": "NetworkAttachmentDefinition",
-        "metadata": { "name": "taken", "labels": { "team": "someone-else" } },
-        "spec": { "config": r#"{"cniVersion":"1.0.0","name":"taken","type":"macvlan"}"# },
-    }))
-    .unwrap();
+    let foreign = foreign_definition("taken");
     let foreign = nads.create(&PostParams::default(), &foreign).await.unwrap();
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();
@@ -711,13 +717,7 @@ async fn an_attachment_definition_the_network_does_not_own_is_never_taken_or_del
 async fn a_conflict_backs_off_and_ends_as_soon_as_the_foreign_definition_goes() {
     let Scene { client: _, ns } = Scene::new("net-conflict-ends").await;
     let nads = ns.api::<NetworkAttachmentDefinition>();
-    let foreign: NetworkAttachmentDefinition = serde_json::from_value(json!({
-        "apiVersion": "k8s.cni.cncf.io/v1",
-        "kind": "NetworkAttachmentDefinition",
-        "metadata": { "name": "blocking" },
-        "spec": { "config": r#"{"cniVersion":"1.0.0","name":"blocking","type":"macvlan"}"# },
-    }))
-    .unwrap();
+    let foreign = foreign_definition("blocking");
     nads.create(&PostParams::default(), &foreign).await.unwrap();
     let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
     let networks = ns.api::<Network>();

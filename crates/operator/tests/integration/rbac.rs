@@ -204,15 +204,11 @@ async fn the_cluster_role_grants_exactly_what_the_controllers_use() {
         .create(&PostParams::default(), &plain_deployment("taken"))
         .await
         .unwrap();
-    let foreign: NetworkAttachmentDefinition = serde_json::from_value(json!({
-        "apiVersion": "k8s.cni.cncf.io/v1",
-        "kind": "NetworkAttachmentDefinition",
-        "metadata": { "name": "taken", "labels": { "team": "someone-else" } },
-        "spec": { "config": r#"{"cniVersion":"1.0.0","name":"taken","type":"macvlan"}"# },
-    }))
-    .unwrap();
     ns.api::<NetworkAttachmentDefinition>()
-        .create(&PostParams::default(), &foreign)
+        .create(
+            &PostParams::default(),
+            &crate::network::foreign_definition("taken"),
+        )
         .await
         .unwrap();
 
