@@ -155,11 +155,21 @@ async fn secure_metrics_answer_only_tokens_allowed_to_read_them_and_probes_stay_
         "metrics over plain HTTP"
     );
 
-    // The metrics port full of connections that never even start their handshake: the
-    // probes, on their own port, are answered at once.
+    // The metrics port full of connections that never even start their handshake, from
+    // enough addresses that their share per address does not stop them: the probes, on their
+    // own port, are answered at once.
     let mut idle = Vec::new();
-    for _ in 0..300 {
-        idle.push(std::net::TcpStream::connect(("127.0.0.1", operator.port)).unwrap());
+    for i in 0..300 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(std::net::SocketAddr::from(([127, 0, 2, (i / 16) as u8], 0)))
+            .unwrap();
+        idle.push(
+            socket
+                .connect(std::net::SocketAddr::from(([127, 0, 0, 1], operator.port)))
+                .await
+                .unwrap(),
+        );
     }
     for path in ["/healthz", "/readyz"] {
         let asked = Instant::now();

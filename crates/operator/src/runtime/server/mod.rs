@@ -9,9 +9,12 @@
 //! the request's headers (and the TLS handshake before them) must arrive within
 //! [`HEADER_READ`] (a client that opens connections and sends nothing, or a byte at a time, is
 //! closed), a connection lives at most [`CONNECTION_LIFETIME`], at most [`MAX_CONNECTIONS`] are
-//! served at once (more wait in the kernel's backlog, costing the process nothing), and headers
-//! are small. On shutdown, connections get [`SHUTDOWN_GRACE`] to finish; hung ones are then
-//! dropped, so a stopping operator never waits on a client.
+//! served at once (more wait in the kernel's backlog, costing the process nothing), at most
+//! [`PER_PEER_CONNECTIONS`] of them from one address (more are closed as they come, so that one
+//! Pod cannot take every slot and starve the kubelet or a scraper), and headers are small. The
+//! probes answer one request a connection, as the kubelet sends them. On shutdown, connections
+//! get [`SHUTDOWN_GRACE`] to finish; hung ones are then dropped, so a stopping operator never
+//! waits on a client.
 
 pub mod auth;
 pub mod tls;
@@ -46,6 +49,9 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
 /// Connections served at once, per server. A scraper, a kubelet and an operator at the console
 /// need a handful; the rest is headroom.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Connections served at once from one address: a kubelet, a scraper or a person needs one or
+/// two. Another source may hold this many and no more, whatever it opens.
+pub const PER_PEER_CONNECTIONS: usize = 16;
 /// How long connections may take to finish once the server stops.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// The most a request's headers may take: the endpoints take no body and few headers.
@@ -78,7 +84,7 @@ pub async fn serve_probes(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(Arc::new(telemetry));
-    serve(address, app, None, shutdown).await
+    serve(address, app, None, KeepAlive::No, shutdown).await
 }
 
 /// Binds `address` and serves `/metrics`, as `access` says, until `shutdown` completes.
@@ -98,19 +104,66 @@ pub async fn serve_metrics(
             telemetry,
             authorizer,
         }));
-    serve(address, app, tls, shutdown).await
+    serve(address, app, tls, KeepAlive::Yes, shutdown).await
+}
+
+/// Whether a connection may carry more than one request: Prometheus keeps its connection, the
+/// kubelet opens one a probe.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KeepAlive {
+    Yes,
+    No,
 }
 
 async fn serve(
     address: SocketAddr,
     app: Router,
     tls: Option<TlsAcceptor>,
+    keep_alive: KeepAlive,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<Serving> {
     let listener = TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
-    let task = tokio::spawn(accept(listener, app, tls, shutdown));
+    let task = tokio::spawn(accept(listener, app, tls, keep_alive, shutdown));
     Ok((bound, task))
+}
+
+/// The connections open per source address, each counted until its [`PeerSlot`] drops.
+#[derive(Clone, Default)]
+struct Peers(Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>);
+
+/// One connection's place in its peer's count.
+struct PeerSlot {
+    peers: Peers,
+    address: std::net::IpAddr,
+}
+
+impl Peers {
+    /// A place for one more connection from `address`, unless it holds its share already.
+    fn admit(&self, address: std::net::IpAddr) -> Option<PeerSlot> {
+        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(address).or_default();
+        if *count >= PER_PEER_CONNECTIONS {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot {
+            peers: self.clone(),
+            address,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.address);
+            }
+        }
+    }
 }
 
 /// Accepts connections while there is room, until `shutdown`; then lets the open ones finish
@@ -119,9 +172,11 @@ async fn accept(
     listener: TcpListener,
     app: Router,
     tls: Option<TlsAcceptor>,
+    keep_alive: KeepAlive,
     shutdown: impl Future<Output = ()>,
 ) {
     let room = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let peers = Peers::default();
     let graceful = GracefulShutdown::new();
     // Dropped at the end, which aborts the connections still open.
     let mut connections = JoinSet::new();
@@ -131,9 +186,13 @@ async fn accept(
             permit = room.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
+        let (stream, slot) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, peer)) => match peers.admit(peer.ip()) {
+                    Some(slot) => (stream, slot),
+                    // Over its share: closed at once, and its permit goes to the next.
+                    None => continue,
+                },
                 Err(error) => {
                     // Out of file descriptors, say: wait instead of spinning.
                     tracing::warn!(%error, "HTTP server: accepting a connection");
@@ -150,17 +209,18 @@ async fn accept(
             // Closed by the client, by the header timeout, or at the end of its lifetime.
             let _ = tokio::time::timeout(CONNECTION_LIFETIME, async move {
                 match tls {
-                    None => serve_connection(stream, app, watcher).await,
+                    None => serve_connection(stream, app, keep_alive, watcher).await,
                     Some(tls) => {
                         // A client that never finishes its handshake is closed like one that
                         // never sends its headers.
                         if let Ok(Ok(stream)) = tokio::time::timeout(HEADER_READ, tls.accept(stream)).await {
-                            serve_connection(stream, app, watcher).await;
+                            serve_connection(stream, app, keep_alive, watcher).await;
                         }
                     }
                 }
             })
             .await;
+            drop(slot);
             drop(permit);
         });
         while connections.try_join_next().is_some() {}
@@ -174,12 +234,13 @@ async fn accept(
     }
 }
 
-async fn serve_connection<S>(stream: S, app: Router, watcher: Watcher)
+async fn serve_connection<S>(stream: S, app: Router, keep_alive: KeepAlive, watcher: Watcher)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
+        .keep_alive(keep_alive == KeepAlive::Yes)
         .header_read_timeout(HEADER_READ)
         .max_headers(MAX_HEADERS)
         .max_buf_size(MAX_BUFFER)
@@ -262,6 +323,24 @@ mod tests {
     async fn get(address: SocketAddr, path: &str) -> String {
         let stream = TcpStream::connect(address).await.unwrap();
         exchange(stream, path, None).await
+    }
+
+    /// A connection to `address` from the loopback address `source` (any of 127.0.0.0/8): a
+    /// client on another address than the tests' own 127.0.0.1.
+    async fn connect_from(source: [u8; 4], address: SocketAddr) -> std::io::Result<TcpStream> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::from((source, 0)))?;
+        socket.connect(address).await
+    }
+
+    /// Whether the server has closed `stream` (an end of stream or a reset).
+    fn closed(stream: &TcpStream) -> bool {
+        let mut buf = [0u8; 64];
+        match stream.try_read(&mut buf) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        }
     }
 
     async fn exchange(
@@ -433,9 +512,11 @@ mod tests {
         let metrics = metrics(telemetry, access).await;
         // Every connection slot of the metrics port taken by clients that never even start
         // their TLS handshake, and more waiting in the backlog.
+        // From many addresses, since each holds at most its share.
         let mut idle = Vec::new();
-        for _ in 0..MAX_CONNECTIONS + 50 {
-            idle.push(TcpStream::connect(metrics.address).await.unwrap());
+        for i in 0..MAX_CONNECTIONS + 50 {
+            let source = [127, 0, 1, (i / PER_PEER_CONNECTIONS) as u8];
+            idle.push(connect_from(source, metrics.address).await.unwrap());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         for _ in 0..5 {
@@ -479,8 +560,9 @@ mod tests {
     async fn idle_probe_connections_are_closed_by_the_header_timeout() {
         let server = probes(Telemetry::new(Default::default())).await;
         let mut idle = Vec::new();
-        for _ in 0..150 {
-            idle.push(TcpStream::connect(server.address).await.unwrap());
+        for i in 0..150 {
+            let source = [127, 0, 1, (i / PER_PEER_CONNECTIONS) as u8];
+            idle.push(connect_from(source, server.address).await.unwrap());
         }
         let probe = tokio::time::timeout(Duration::from_secs(1), get(server.address, "/healthz"))
             .await
@@ -495,6 +577,60 @@ mod tests {
                 "an idle connection is still open after the header timeout"
             );
         }
+        server.stop().await;
+    }
+
+    /// One source holding a thousand connections on the probe port, and opening again each one
+    /// the server closes, gets its share of the slots and no more: a probe from another address
+    /// is answered within a second, every second for 30 s. (Without the share it fills every
+    /// slot and the backlog, and the probe waits behind it.)
+    #[tokio::test]
+    async fn probes_are_answered_every_second_while_another_source_holds_a_thousand_connections() {
+        let server = probes(Telemetry::new(Default::default())).await;
+        let address = server.address;
+        let source = [127, 0, 0, 2];
+        let mut held = Vec::new();
+        for _ in 0..1000 {
+            held.push(connect_from(source, address).await.ok());
+        }
+        let holder = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                for slot in held.iter_mut() {
+                    if slot.as_ref().is_none_or(closed) {
+                        *slot = connect_from(source, address).await.ok();
+                    }
+                }
+            }
+        });
+        for second in 0..30 {
+            let started = tokio::time::Instant::now();
+            let probe = tokio::time::timeout(Duration::from_secs(1), get(address, "/healthz"))
+                .await
+                .unwrap_or_else(|_| panic!("no answer within a second, {second} s in"));
+            assert!(probe.starts_with("HTTP/1.1 200"), "{probe}");
+            tokio::time::sleep_until(started + Duration::from_secs(1)).await;
+        }
+        holder.abort();
+        server.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_probe_connection_answers_one_request() {
+        let server = probes(Telemetry::new(Default::default())).await;
+        let mut stream = TcpStream::connect(server.address).await.unwrap();
+        // Two requests, the first asking to keep the connection.
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = Vec::new();
+        tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut response))
+            .await
+            .expect("the server closes the connection after its answer")
+            .unwrap();
+        let response = String::from_utf8_lossy(&response);
+        assert_eq!(response.matches("HTTP/1.1 200").count(), 1, "{response}");
         server.stop().await;
     }
 
