@@ -32,8 +32,10 @@ impl Default for AddressPolicy {
     }
 }
 
-/// The ranges no Network may touch, whatever the policy allows, and why.
-const RESERVED: [(&str, &str); 9] = [
+/// The ranges no Network may touch, whatever the policy allows, and why. The admission policy
+/// has the same list (deploy/helm/sample-operator/files/network-address-policy-checks.yaml; a
+/// test holds the two to be one).
+const RESERVED: [(&str, &str); 13] = [
     ("0.0.0.0/8", "\"this network\" (RFC 1122)"),
     ("127.0.0.0/8", "loopback"),
     (
@@ -42,10 +44,18 @@ const RESERVED: [(&str, &str); 9] = [
     ),
     ("224.0.0.0/4", "multicast"),
     ("240.0.0.0/4", "reserved, with the broadcast address"),
+    // Clouds' own addresses outside link-local, which a node reaches as it does the metadata.
+    (
+        "168.63.129.16/32",
+        "Azure's platform address (metadata, DNS, health probes)",
+    ),
+    ("100.100.100.200/32", "Alibaba Cloud's instance metadata"),
     ("::/128", "the unspecified address"),
     ("::1/128", "loopback"),
     ("fe80::/10", "link-local"),
     ("ff00::/8", "multicast"),
+    ("fd00:ec2::254/128", "AWS's IPv6 instance metadata"),
+    ("fd00:ec2::253/128", "AWS's IPv6 DNS resolver"),
 ];
 
 impl AddressPolicy {
@@ -124,6 +134,10 @@ mod tests {
             ("fe80::/64", "link-local"),
             ("ff02::/64", "multicast"),
             ("fd00::/32", "/48 or longer"),
+            ("168.63.128.0/23", "Azure"),
+            ("100.100.100.192/28", "Alibaba"),
+            ("fd00:ec2::200/120", "IPv6 instance metadata"),
+            ("fd00:ec2::252/126", "AWS"),
         ] {
             let error = check(&policy, cidr).expect_err(cidr);
             assert!(error.starts_with("spec.cidr: "), "{error}");
@@ -152,7 +166,9 @@ mod tests {
         };
         assert_eq!(check(&policy, "10.0.0.0/8"), Ok(()));
         assert_eq!(check(&policy, "10.20.0.0/16"), Ok(()));
-        assert_eq!(check(&policy, "fd00::/8"), Ok(()));
+        assert_eq!(check(&policy, "fd12::/16"), Ok(()));
+        // The widest allowed holds AWS's IPv6 metadata address, reserved whatever is allowed.
+        assert!(check(&policy, "fd00::/8").unwrap_err().contains("AWS"));
         let outside = check(&policy, "192.168.0.0/24").unwrap_err();
         assert!(
             outside.contains("outside the prefixes the policy allows (10.0.0.0/8, fd00::/8)"),
@@ -160,10 +176,11 @@ mod tests {
         );
         // Containing an allowed prefix is not lying within it, whatever the lengths allow.
         let any_length = AddressPolicy {
+            min_prefix_v4: 0,
             min_prefix_v6: 0,
             ..policy.clone()
         };
-        assert!(check(&any_length, "fc00::/7").unwrap_err().contains("outside"));
+        assert!(check(&any_length, "8.0.0.0/5").unwrap_err().contains("outside"));
         // Reserved stays reserved, whatever is allowed.
         let everything = AddressPolicy {
             allowed: vec![IpPrefix::parse("0.0.0.0/0").unwrap()],
@@ -180,5 +197,40 @@ mod tests {
                 .unwrap_err()
                 .contains("no Network may use")
         );
+    }
+
+    /// The admission policy refuses the same reserved ranges, for the same reasons.
+    #[test]
+    fn the_admission_policy_reserves_the_same_ranges() {
+        let checks =
+            include_str!("../../../../deploy/helm/sample-operator/files/network-address-policy-checks.yaml");
+        let list = checks
+            .split_once("- name: reserved")
+            .unwrap()
+            .1
+            .split_once("].filter(")
+            .unwrap()
+            .0;
+        let admission: Vec<(String, String)> = list
+            .lines()
+            .filter_map(|line| {
+                let row = line
+                    .trim()
+                    .trim_end_matches(',')
+                    .strip_prefix('[')?
+                    .strip_suffix(']')?;
+                let (prefix, what) = row.split_once(", ")?;
+                let unquote = |s: &str| {
+                    let quote = s.chars().next()?;
+                    Some(s.strip_prefix(quote)?.strip_suffix(quote)?.to_owned())
+                };
+                Some((unquote(prefix)?, unquote(what)?))
+            })
+            .collect();
+        let operator: Vec<(String, String)> = RESERVED
+            .iter()
+            .map(|(prefix, what)| ((*prefix).to_owned(), (*what).to_owned()))
+            .collect();
+        assert_eq!(admission, operator);
     }
 }

@@ -415,7 +415,7 @@ async fn a_conflict_follows_changes_of_either_network() {
 
 /// Networks the default address policy refuses, one per rule: name, cidr, gateway, and what
 /// the refusal says.
-const REFUSED_BY_DEFAULT: [(&str, &str, &str, &str); 4] = [
+const REFUSED_BY_DEFAULT: [(&str, &str, &str, &str); 6] = [
     (
         "everything",
         "0.0.0.0/0",
@@ -430,6 +430,18 @@ const REFUSED_BY_DEFAULT: [(&str, &str, &str, &str); 4] = [
         "instance metadata",
     ),
     ("multicast", "239.1.0.0/16", "239.1.0.1", "(multicast)"),
+    (
+        "azure",
+        "168.63.129.0/24",
+        "168.63.129.1",
+        "Azure's platform address",
+    ),
+    (
+        "aws-v6",
+        "fd00:ec2::/64",
+        "fd00:ec2::1",
+        "AWS's IPv6 instance metadata",
+    ),
 ];
 
 /// The admission policy shipped in deploy/operator (and the chart), bound to this test's
