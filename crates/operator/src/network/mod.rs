@@ -227,7 +227,7 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<
                 shared.api::<NetworkAttachmentDefinition>(),
                 "network-attachment-definitions",
                 watcher::Config::default().labels(&multus::selector()),
-                |nad: &mut NetworkAttachmentDefinition| nad.managed_fields_mut().clear(),
+                multus::trim,
                 crate::runtime::watch::no_index,
             );
             tokio::spawn(multus::warn_if_missing(

@@ -191,10 +191,13 @@ impl Shared {
             // The CRD's name (`foos.example.com`) tells the kinds of one plural apart.
             .inspect(self.metrics.watch_observer(K::crd_name()))
             // No reconcile reads them: a 250 KB annotation (kubectl's last-applied
-            // configuration of a large object) must not be cached per object.
+            // configuration of a large object), or a megabyte of labels, which the apiserver
+            // does not cap in total, must not be cached per object. (Selecting by label is
+            // the apiserver's work, done before the object gets here.)
             .modify(|obj| {
                 obj.managed_fields_mut().clear();
                 obj.meta_mut().annotations = None;
+                obj.meta_mut().labels = None;
             })
             .inspect_ok(move |event| index(event))
             .reflect(writer)

@@ -450,22 +450,29 @@ async fn a_conflict_backs_off_and_ends_as_soon_as_the_foreign_deployment_goes() 
     operator.stop().await;
 }
 
-/// 150 Foos with a 150 KB annotation each (22 MB of `kubectl apply`'s last-applied
-/// configuration, say) cost the operator's cache next to nothing: no reconcile reads
-/// annotations, and the controller's own watch drops them before caching.
+/// 150 Foos with a 150 KB annotation (`kubectl apply`'s last-applied configuration of a large
+/// object, say) and 300 KB of labels each (the apiserver caps neither's total): 67 MB that cost
+/// the operator's cache next to nothing, since no reconcile reads them and the controller's own
+/// watch drops them before caching.
 #[tokio::test]
-async fn large_annotations_are_not_cached() {
+async fn large_annotations_and_labels_are_not_cached() {
     use futures::StreamExt;
     use sample_operator::runtime::{RuntimeConfig, Shared, Telemetry};
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "foo-annotated").await;
     let foos = ns.api::<Foo>();
     let annotation = "x".repeat(150 * 1024);
+    // 2,400 labels of 128 bytes: a 63-character name under a short prefix, and a 63-character
+    // value.
+    let labels: std::collections::BTreeMap<String, String> = (0..2400)
+        .map(|l| (format!("t.io/{l:0>63}"), "v".repeat(63)))
+        .collect();
     let creates = (0..150).map(|i| {
         let mut annotated = foo(&format!("annotated-{i}"), &format!("annotated-{i}"), Some(1));
         annotated
             .annotations_mut()
             .insert("example.com/large".into(), annotation.clone());
+        annotated.labels_mut().extend(labels.clone());
         let foos = foos.clone();
         async move { foos.create(&PostParams::default(), &annotated).await }
     });
@@ -496,8 +503,10 @@ async fn large_annotations_are_not_cached() {
         .map(|foo| serde_json::to_vec(&**foo).unwrap().len())
         .sum();
     assert!(
-        cached.iter().all(|foo| foo.metadata.annotations.is_none()),
-        "annotations cached"
+        cached
+            .iter()
+            .all(|foo| foo.metadata.annotations.is_none() && foo.metadata.labels.is_none()),
+        "annotations or labels cached"
     );
     assert!(bytes < 256 * 1024, "the cached Foos take {bytes} bytes");
     watch.abort();

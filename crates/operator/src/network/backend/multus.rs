@@ -192,6 +192,17 @@ pub fn desired(
     }
 }
 
+/// Trims a definition before it is cached to what [`needs_apply`] and ownership read: the
+/// operator's own label, its owners and its spec. Anyone with rights in the namespace may add
+/// labels and annotations to it, without bound, and none of them is the operator's to keep.
+pub fn trim(nad: &mut NetworkAttachmentDefinition) {
+    nad.managed_fields_mut().clear();
+    nad.metadata.annotations = None;
+    if let Some(labels) = &mut nad.metadata.labels {
+        labels.retain(|key, _| key == MANAGED_BY_LABEL);
+    }
+}
+
 /// Whether `observed` differs from `desired` in a field the operator manages. Fields others
 /// manage (an added label or annotation) do not count: they are left alone.
 pub fn needs_apply(desired: &NetworkAttachmentDefinition, observed: &NetworkAttachmentDefinition) -> bool {
@@ -466,6 +477,21 @@ mod tests {
         have.labels_mut().insert("team".into(), "payments".into());
         have.annotations_mut().insert("note".into(), "hi".into());
         assert!(!needs_apply(&want, &have));
+    }
+
+    /// What the cache keeps of a definition is what the checks read: a trimmed copy decides
+    /// as the whole one does, and others' labels and annotations are gone.
+    #[test]
+    fn a_trimmed_definition_keeps_what_the_checks_read_and_nothing_else() {
+        let want = build("10.0.0.0/24", "10.0.0.1");
+        let mut have = want.clone();
+        have.labels_mut().insert("team".into(), "x".repeat(63));
+        have.annotations_mut().insert("note".into(), "x".repeat(100_000));
+        trim(&mut have);
+        assert_eq!(have.labels().keys().collect::<Vec<_>>(), [MANAGED_BY_LABEL]);
+        assert!(have.metadata.annotations.is_none());
+        assert!(!needs_apply(&want, &have));
+        assert!(needs_apply(&build("10.0.1.0/24", "10.0.1.1"), &have));
     }
 
     #[test]
