@@ -311,7 +311,7 @@ async fn the_cluster_role_grants_exactly_what_the_controllers_use() {
     let token = service_account_token(&client, &ns.name, "scraper", false).await;
     let header = http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
     let refused = Authorizer::kubernetes(as_operator.clone())
-        .check(Some(&header))
+        .check([127, 0, 0, 1].into(), Some(&header))
         .await;
     assert!(refused.is_err(), "a scraper without the grant is refused");
     assert!(

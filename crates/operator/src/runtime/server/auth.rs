@@ -5,13 +5,17 @@
 //! binding to a `metrics-reader` ClusterRole.
 //!
 //! The API server is asked at most once per token a [`ALLOWED_FOR`] (a refusal, [`REFUSED_FOR`]),
-//! at most [`REVIEWS_AT_ONCE`] reviews are in flight, and at most [`MAX_CACHED`] decisions are
-//! kept. A decision is kept under the SHA-256 of its token: the token itself is neither kept nor
+//! at most [`REVIEWS_AT_ONCE`] reviews are in flight, one of them at most for each address the
+//! requests come from (so that a Pod sending made-up tokens takes one turn, and a scraper
+//! elsewhere waits for no more than a review), and at most [`MAX_CACHED`] decisions are kept,
+//! refusals pushed out before any allowed token (so that made-up tokens cannot push a scraper's
+//! out). A decision is kept under the SHA-256 of its token: the token itself is neither kept nor
 //! logged.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http::HeaderValue;
@@ -21,7 +25,9 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{Api, PostParams};
 use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+// Tokio's clock, which tests can pause and move.
+use tokio::time::Instant;
 
 /// How long an allowed token is trusted before it is reviewed again (controller-runtime keeps
 /// an authentication a minute).
@@ -136,6 +142,29 @@ pub struct Authorizer {
     reviewer: Box<dyn Reviewer>,
     decisions: Mutex<HashMap<[u8; 32], (Decision, Instant)>>,
     reviews: Semaphore,
+    /// Each address's one turn at a review, while someone from it holds or waits for it.
+    peers: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
+}
+
+/// An address's turn at a review; dropped, it forgets the address unless another request from
+/// it waits.
+struct PeerTurn<'a> {
+    peers: &'a Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
+    peer: IpAddr,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for PeerTurn<'_> {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if peers
+            .get(&self.peer)
+            .is_some_and(|turn| Arc::strong_count(turn) == 1)
+        {
+            peers.remove(&self.peer);
+        }
+    }
 }
 
 impl Authorizer {
@@ -144,7 +173,26 @@ impl Authorizer {
             reviewer: Box::new(reviewer),
             decisions: Mutex::default(),
             reviews: Semaphore::new(REVIEWS_AT_ONCE),
+            peers: Mutex::default(),
         }
+    }
+
+    /// Waits for `peer`'s turn at a review.
+    async fn peer_turn(&self, peer: IpAddr) -> PeerTurn<'_> {
+        let turn = {
+            let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+            peers
+                .entry(peer)
+                .or_insert_with(|| Arc::new(Semaphore::new(1)))
+                .clone()
+        };
+        let mut waiting = PeerTurn {
+            peers: &self.peers,
+            peer,
+            permit: None,
+        };
+        waiting.permit = Some(turn.acquire_owned().await.expect("never closed"));
+        waiting
     }
 
     /// The API server's reviews, through `client`.
@@ -152,8 +200,8 @@ impl Authorizer {
         Self::new(KubernetesReviewer::new(client))
     }
 
-    /// Whether a request with this `Authorization` header may read `/metrics`.
-    pub async fn check(&self, authorization: Option<&HeaderValue>) -> Result<(), Refusal> {
+    /// Whether a request from `peer` with this `Authorization` header may read `/metrics`.
+    pub async fn check(&self, peer: IpAddr, authorization: Option<&HeaderValue>) -> Result<(), Refusal> {
         let token = authorization
             .and_then(|h| h.to_str().ok())
             .and_then(bearer_token)
@@ -162,6 +210,7 @@ impl Authorizer {
         let decision = match self.remembered(&key) {
             Some(decision) => decision,
             None => {
+                let _peer_turn = self.peer_turn(peer).await;
                 let _turn = self.reviews.acquire().await.expect("never closed");
                 // Another request may have asked for the same token meanwhile.
                 match self.remembered(&key) {
@@ -207,9 +256,11 @@ impl Authorizer {
         if decisions.len() >= MAX_CACHED && !decisions.contains_key(&key) {
             decisions.retain(|_, (_, until)| now < *until);
             if decisions.len() >= MAX_CACHED {
+                // Refusals go first, whenever they would expire: made-up tokens must not push
+                // out a scraper's.
                 let first_to_expire = decisions
                     .iter()
-                    .min_by_key(|(_, (_, until))| *until)
+                    .min_by_key(|(_, (decision, until))| (*decision == Decision::Allowed, *until))
                     .map(|(key, _)| *key);
                 if let Some(first) = first_to_expire {
                     decisions.remove(&first);
@@ -256,6 +307,9 @@ mod tests {
         }
     }
 
+    /// Where the tests' requests come from.
+    const HERE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
     fn header(value: &str) -> HeaderValue {
         HeaderValue::from_str(value).unwrap()
     }
@@ -264,13 +318,13 @@ mod tests {
     async fn requests_are_decided_by_their_bearer_token_and_asked_once_per_token() {
         let reviews = Counted::default();
         let auth = Authorizer::new(reviews.clone());
-        assert_eq!(auth.check(None).await, Err(Refusal::Unauthenticated));
+        assert_eq!(auth.check(HERE, None).await, Err(Refusal::Unauthenticated));
         assert_eq!(
-            auth.check(Some(&header("Basic Zm9vOmJhcg=="))).await,
+            auth.check(HERE, Some(&header("Basic Zm9vOmJhcg=="))).await,
             Err(Refusal::Unauthenticated)
         );
         assert_eq!(
-            auth.check(Some(&header("Bearer "))).await,
+            auth.check(HERE, Some(&header("Bearer "))).await,
             Err(Refusal::Unauthenticated)
         );
         assert_eq!(
@@ -280,13 +334,13 @@ mod tests {
         );
 
         for _ in 0..3 {
-            assert_eq!(auth.check(Some(&header("Bearer good"))).await, Ok(()));
+            assert_eq!(auth.check(HERE, Some(&header("Bearer good"))).await, Ok(()));
             assert_eq!(
-                auth.check(Some(&header("bearer other"))).await,
+                auth.check(HERE, Some(&header("bearer other"))).await,
                 Err(Refusal::Forbidden)
             );
             assert_eq!(
-                auth.check(Some(&header("Bearer forged"))).await,
+                auth.check(HERE, Some(&header("Bearer forged"))).await,
                 Err(Refusal::Unauthenticated)
             );
         }
@@ -295,7 +349,7 @@ mod tests {
         // An API server that cannot answer is not remembered as a refusal.
         for _ in 0..2 {
             assert!(matches!(
-                auth.check(Some(&header("Bearer down"))).await,
+                auth.check(HERE, Some(&header("Bearer down"))).await,
                 Err(Refusal::Unavailable(_))
             ));
         }
@@ -308,16 +362,89 @@ mod tests {
         let auth = Authorizer::new(reviews.clone());
         for i in 0..MAX_CACHED + 100 {
             let token = format!("forged-token-{i}");
-            let _ = auth.check(Some(&header(&format!("Bearer {token}")))).await;
+            let _ = auth.check(HERE, Some(&header(&format!("Bearer {token}")))).await;
         }
         assert_eq!(auth.cached(), MAX_CACHED);
-        assert_eq!(auth.check(Some(&header("Bearer good"))).await, Ok(()));
+        assert_eq!(auth.check(HERE, Some(&header("Bearer good"))).await, Ok(()));
         assert_eq!(auth.cached(), MAX_CACHED);
         assert!(
             auth.decisions
                 .lock()
                 .unwrap()
                 .contains_key(&<[u8; 32]>::from(Sha256::digest(b"good")))
+        );
+    }
+
+    /// Answers every review after `delay`: allows `good`, refuses the rest.
+    struct Slow(Duration);
+
+    impl Reviewer for Slow {
+        fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Decision, String>> {
+            Box::pin(async move {
+                tokio::time::sleep(self.0).await;
+                Ok(if token == "good" {
+                    Decision::Allowed
+                } else {
+                    Decision::Unauthenticated
+                })
+            })
+        }
+    }
+
+    /// One address sending a hundred made-up tokens at once takes one turn at the reviews: a
+    /// scraper from elsewhere is reviewed at once, not after the hundred. (With every turn open
+    /// to anyone, it would wait for 25 reviews.)
+    #[tokio::test(start_paused = true)]
+    async fn an_address_sending_made_up_tokens_takes_one_turn_and_a_scraper_is_reviewed_at_once() {
+        let review = Duration::from_millis(100);
+        let auth = Arc::new(Authorizer::new(Slow(review)));
+        let pod: IpAddr = [10, 1, 2, 3].into();
+        let flood: Vec<_> = (0..100)
+            .map(|i| {
+                let auth = auth.clone();
+                tokio::spawn(async move {
+                    auth.check(pod, Some(&header(&format!("Bearer made-up-{i}"))))
+                        .await
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let asked = tokio::time::Instant::now();
+        let scraper: IpAddr = [10, 9, 8, 7].into();
+        assert_eq!(auth.check(scraper, Some(&header("Bearer good"))).await, Ok(()));
+        assert!(
+            asked.elapsed() <= review * 2,
+            "the scraper waited {:?}",
+            asked.elapsed()
+        );
+        for refused in flood {
+            assert_eq!(refused.await.unwrap(), Err(Refusal::Unauthenticated));
+        }
+        assert!(
+            auth.peers.lock().unwrap().is_empty(),
+            "no address is kept once served"
+        );
+    }
+
+    /// Made-up tokens push out refusals, never a scraper's allowed token, even near the end of
+    /// its time, when fresh refusals would outlast it.
+    #[tokio::test(start_paused = true)]
+    async fn made_up_tokens_never_push_out_an_allowed_one() {
+        let reviews = Counted::default();
+        let auth = Authorizer::new(reviews.clone());
+        assert_eq!(auth.check(HERE, Some(&header("Bearer good"))).await, Ok(()));
+        tokio::time::advance(ALLOWED_FOR - REFUSED_FOR / 2).await;
+        for i in 0..2 * MAX_CACHED {
+            let _ = auth
+                .check(HERE, Some(&header(&format!("Bearer made-up-{i}"))))
+                .await;
+        }
+        let before = reviews.0.load(Ordering::SeqCst);
+        assert_eq!(auth.check(HERE, Some(&header("Bearer good"))).await, Ok(()));
+        assert_eq!(
+            reviews.0.load(Ordering::SeqCst),
+            before,
+            "the allowed token was still known"
         );
     }
 }

@@ -186,10 +186,10 @@ async fn accept(
             permit = room.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
             () = &mut shutdown => break,
         };
-        let (stream, slot) = tokio::select! {
+        let (stream, slot, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => match peers.admit(peer.ip()) {
-                    Some(slot) => (stream, slot),
+                    Some(slot) => (stream, slot, peer.ip()),
                     // Over its share: closed at once, and its permit goes to the next.
                     None => continue,
                 },
@@ -202,7 +202,8 @@ async fn accept(
             },
             () = &mut shutdown => break,
         };
-        let app = app.clone();
+        // Handlers learn where the request came from.
+        let app = app.clone().layer(axum::Extension(Peer(peer)));
         let watcher = graceful.watcher();
         let tls = tls.clone();
         connections.spawn(async move {
@@ -248,15 +249,23 @@ where
     let _ = watcher.watch(connection).await;
 }
 
+/// The address a request came from.
+#[derive(Clone, Copy)]
+struct Peer(std::net::IpAddr);
+
 struct MetricsState {
     telemetry: Telemetry,
     /// Who may read, when served securely.
     authorizer: Option<Arc<Authorizer>>,
 }
 
-async fn metrics(State(state): State<Arc<MetricsState>>, headers: HeaderMap) -> Response {
+async fn metrics(
+    State(state): State<Arc<MetricsState>>,
+    axum::Extension(Peer(peer)): axum::Extension<Peer>,
+    headers: HeaderMap,
+) -> Response {
     if let Some(authorizer) = &state.authorizer {
-        match authorizer.check(headers.get(AUTHORIZATION)).await {
+        match authorizer.check(peer, headers.get(AUTHORIZATION)).await {
             Ok(()) => {}
             Err(Refusal::Unauthenticated) => {
                 return (
