@@ -146,9 +146,12 @@ pub(crate) fn policy_variable<'a>(policy: &'a serde_json::Value, name: &str) -> 
 
 /// The workload policy of deploy/operator, bound to two namespaces of this test's own (the tests
 /// share the cluster), with the second one standing for kube-system: the operator's
-/// ServiceAccount (impersonated) cannot create a Deployment of another image, a privileged
-/// one, one with a hostPath, one in a forbidden namespace, or a macvlan attachment definition,
-/// while the Foo and Network controllers, running as that ServiceAccount, do their work.
+/// ServiceAccount (impersonated) cannot create a Deployment of another image, a privileged one,
+/// one with a hostPath, a host port, an unconfined seccomp profile, a command, a secret volume
+/// or a ServiceAccount, one in a forbidden namespace, or a macvlan attachment definition; nor
+/// add a privileged init container or a command to a Deployment it may write; nor delete a
+/// Deployment or definition it does not manage; while the Foo and Network controllers, running
+/// as that ServiceAccount, do their work.
 #[tokio::test]
 async fn the_workload_policy_confines_the_operators_service_account() {
     use std::time::{Duration, Instant};
@@ -229,6 +232,16 @@ async fn the_workload_policy_confines_the_operators_service_account() {
     privileged["containers"][0]["securityContext"] = json!({ "privileged": true });
     let mut host_path = nginx.clone();
     host_path["volumes"] = json!([{ "name": "root", "hostPath": { "path": "/" } }]);
+    let mut host_port = nginx.clone();
+    host_port["containers"][0]["ports"] = json!([{ "containerPort": 80, "hostPort": 80 }]);
+    let mut unconfined = nginx.clone();
+    unconfined["securityContext"] = json!({ "seccompProfile": { "type": "Unconfined" } });
+    let mut command = nginx.clone();
+    command["containers"][0]["command"] = json!(["sh", "-c", "cat /var/run/secrets/*"]);
+    let mut secret = nginx.clone();
+    secret["volumes"] = json!([{ "name": "keys", "secret": { "secretName": "someone-elses" } }]);
+    let mut account = nginx.clone();
+    account["serviceAccountName"] = json!("cluster-admin-ish");
     for (namespace, name, pod, rule) in [
         (
             &allowed,
@@ -238,6 +251,11 @@ async fn the_workload_policy_confines_the_operators_service_account() {
         ),
         (&allowed, "privileged", privileged, "unprivileged"),
         (&allowed, "host-path", host_path, "hostPath"),
+        (&allowed, "host-port", host_port, "host ports"),
+        (&allowed, "unconfined", unconfined, "unconfined seccomp"),
+        (&allowed, "command", command, "sets no command"),
+        (&allowed, "secret", secret, "volumes"),
+        (&allowed, "account", account, "ServiceAccount"),
         (
             &forbidden,
             "nginx",
@@ -261,6 +279,66 @@ async fn the_workload_policy_confines_the_operators_service_account() {
         refused.to_string().contains("bridge attachment definitions"),
         "{refused}"
     );
+
+    // Updates: what a Deployment it may write did not have cannot come in.
+    let deployments: Api<Deployment> = Api::namespaced(as_operator.clone(), &allowed.name);
+    let mut managed = deployment("managed", nginx.clone());
+    managed
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("app.kubernetes.io/managed-by".into(), "sample-operator".into());
+    deployments
+        .create(&PostParams::default(), &managed)
+        .await
+        .unwrap();
+    let patch = |pod: serde_json::Value| {
+        let deployments = deployments.clone();
+        async move {
+            let patch = json!({ "spec": { "template": { "spec": pod } } });
+            deployments
+                .patch(
+                    "managed",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Strategic(&patch),
+                )
+                .await
+                .unwrap_err()
+                .to_string()
+        }
+    };
+    let init = json!({ "initContainers": [{
+        "name": "init", "image": sample_operator::foo::settings::DEFAULT_IMAGE,
+        "securityContext": { "privileged": true },
+    }] });
+    let refused = patch(init).await;
+    assert!(refused.contains("no init or ephemeral containers"), "{refused}");
+    let refused = patch(json!({ "containers": [{ "name": "nginx", "command": ["sh"] }] })).await;
+    assert!(refused.contains("sets no command"), "{refused}");
+    // Deletes: only what it manages.
+    let theirs = deployment("theirs", nginx.clone());
+    Api::<Deployment>::namespaced(client.clone(), &allowed.name)
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let refused = deployments
+        .delete("theirs", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("deletes only"), "{refused}");
+    Api::<NetworkAttachmentDefinition>::namespaced(client.clone(), &allowed.name)
+        .create(
+            &PostParams::default(),
+            &crate::network::foreign_definition("theirs"),
+        )
+        .await
+        .unwrap();
+    let refused = nads.delete("theirs", &DeleteParams::default()).await.unwrap_err();
+    assert!(refused.to_string().contains("deletes only"), "{refused}");
+    deployments
+        .delete("managed", &DeleteParams::default())
+        .await
+        .expect("a Deployment it manages may go");
 
     // What the controllers write themselves passes.
     let operator =

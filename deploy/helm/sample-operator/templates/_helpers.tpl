@@ -79,3 +79,10 @@ tlsConfig:
   insecureSkipVerify: true
   {{- end }}
 {{- end }}
+
+{{/* The workload policy's test of a pod template (the CEL variable named by the argument, null
+     for none): privileged or escalating containers, added capabilities, host namespaces, host
+     paths or ports, or an unconfined seccomp profile. */}}
+{{- define "sample-operator.privileged" -}}
+{{ . }} != null && ({{ . }}.containers.exists(c, (has(c.securityContext) && ((has(c.securityContext.privileged) && c.securityContext.privileged) || (has(c.securityContext.allowPrivilegeEscalation) && c.securityContext.allowPrivilegeEscalation) || (has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add)) || (has(c.securityContext.seccompProfile) && c.securityContext.seccompProfile.type == 'Unconfined'))) || (has(c.ports) && c.ports.exists(p, has(p.hostPort) && p.hostPort != 0))) || (has({{ . }}.hostNetwork) && {{ . }}.hostNetwork) || (has({{ . }}.hostPID) && {{ . }}.hostPID) || (has({{ . }}.hostIPC) && {{ . }}.hostIPC) || (has({{ . }}.volumes) && {{ . }}.volumes.exists(v, has(v.hostPath))) || (has({{ . }}.securityContext) && has({{ . }}.securityContext.seccompProfile) && {{ . }}.securityContext.seccompProfile.type == 'Unconfined'))
+{{- end }}
