@@ -128,7 +128,7 @@ const SCENES: &[Scene] = &[
         shows: &[
             "network.samplecrd.k8s.io/example-network created",
             "example-network…192.168.0.0/16…192.168.0.1…True…Synced…multus",
-            "\"bridge\": \"br-",
+            "\"bridge\": \"son",
             "\"gateway\": \"192.168.0.1\"",
             "\"subnet\": \"192.168.0.0/16\"",
             "\"type\": \"bridge\"",

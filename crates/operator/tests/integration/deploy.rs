@@ -208,6 +208,9 @@ async fn the_workload_policy_confines_the_operators_service_account() {
     // The API server picks a new policy up within seconds: until the first refusal, retry.
     let refusal = |namespace: String, name: &'static str, pod: serde_json::Value| {
         let api: Api<Deployment> = Api::namespaced(as_operator.clone(), &namespace);
+        // What got in before the policy took effect goes as the admin: the policy may refuse
+        // the operator's delete of it by then.
+        let admin: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
         let object = deployment(name, pod);
         async move {
             let start = Instant::now();
@@ -219,8 +222,8 @@ async fn the_workload_policy_confines_the_operators_service_account() {
                         return status.message;
                     }
                     Ok(_) if start.elapsed() < TIMEOUT => {
-                        api.delete(name, &DeleteParams::default()).await.unwrap();
-                        testing::wait_for_deletion(&api, name, TIMEOUT).await.unwrap();
+                        admin.delete(name, &DeleteParams::default()).await.unwrap();
+                        testing::wait_for_deletion(&admin, name, TIMEOUT).await.unwrap();
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
                     other => panic!("{name} in {namespace} was not refused: {other:?}"),
@@ -279,6 +282,37 @@ async fn the_workload_policy_confines_the_operators_service_account() {
         refused.to_string().contains("bridge attachment definitions"),
         "{refused}"
     );
+    // A bridge configuration like the operator's, but on the node's own bridge, or with a
+    // JSON escape that a substring test would not see.
+    let ours = sample_operator::network::backend::multus::cni_config(
+        &allowed.name,
+        "6a1e6a38-2d7c-4b54-9b8e-1f6f3a0c9d21",
+        &crate::support::network("any", "10.63.0.0/24", "10.63.0.1")
+            .validate()
+            .unwrap(),
+    );
+    let bridge = ours.split('"').nth(3).unwrap().to_owned();
+    for (name, config) in [
+        ("on-cni0", ours.replace(&bridge, "cni0")),
+        ("escaped", ours.replace("\"bridge\"\n}", "\"bri\\u0064ge\"\n}")),
+        (
+            "with-master",
+            ours.replace("\"isGateway\"", "\"master\": \"eth0\",\n  \"isGateway\""),
+        ),
+    ] {
+        let nad: NetworkAttachmentDefinition = serde_json::from_value(json!({
+            "apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": { "name": name },
+            "spec": { "config": config },
+        }))
+        .unwrap();
+        let refused = nads.create(&PostParams::default(), &nad).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("of its own bridges"),
+            "{name}: {refused}"
+        );
+    }
 
     // Updates: what a Deployment it may write did not have cannot come in.
     let deployments: Api<Deployment> = Api::namespaced(as_operator.clone(), &allowed.name);

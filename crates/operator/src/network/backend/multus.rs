@@ -123,21 +123,26 @@ pub fn cni_network_name(namespace: &str, uid: &str) -> String {
     format!("{namespace}.{uid}")
 }
 
+/// What every bridge name of the operator starts with: a name space of its own on the nodes,
+/// apart from Docker's `br-…`, `cni0`, `docker0` and the rest, which the bridge plugin would
+/// otherwise join as it finds them.
+pub const BRIDGE_PREFIX: &str = "son";
+
 /// The name of the Linux bridge of the Network with `uid` and `addressing`. Interface names
-/// have at most 15 bytes, so the name is a hash (FNV-1a, not std's hasher, whose output may
-/// change): stable across restarts and versions, one bridge, one layer-2 segment, per Network.
-/// It hashes the UID, which the API server picks, not a name a tenant picks: nobody can build
-/// a Network whose bridge is another's. The prefix and gateway are hashed too, because the
-/// bridge holds the gateway address and the CNI bridge plugin refuses a bridge that holds
-/// another: a changed Network gets a new bridge on each node, and its Pods from then on join
-/// that one (the old bridge stays, with the Pods made before the change, until the node
-/// removes it).
+/// have at most 15 bytes, so the name is [`BRIDGE_PREFIX`] and 48 bits of a SHA-256: stable
+/// across restarts and versions, one bridge, one layer-2 segment, per Network. The prefix and
+/// gateway, which a tenant picks, are hashed beside the UID, which the API server picks; with a
+/// cryptographic hash, no choice of them finds another Network's bridge short of trying some
+/// 2^47 of them. The prefix and gateway are hashed because the bridge holds the gateway address
+/// and the CNI bridge plugin refuses a bridge that holds another: a changed Network gets a new
+/// bridge on each node, and its Pods from then on join that one (the old bridge stays, with the
+/// Pods made before the change, until the node removes it).
 pub fn bridge_name(uid: &str, addressing: &Addressing) -> String {
-    use std::hash::Hasher;
-    let mut hash = fnv::FnvHasher::default();
-    hash.write(format!("{uid}/{}/{}", addressing.prefix, addressing.gateway).as_bytes());
-    // "br-" and 12 hex digits: 15 bytes.
-    format!("br-{:012x}", hash.finish() >> 16)
+    use sha2::{Digest, Sha256};
+    let hash = Sha256::digest(format!("{uid}/{}/{}", addressing.prefix, addressing.gateway));
+    // 3 + 12 hex digits: 15 bytes.
+    let hex: String = hash[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{BRIDGE_PREFIX}{hex}")
 }
 
 /// The CNI configuration of the Network with `uid` in `namespace`: a bridge of its own that
@@ -446,6 +451,8 @@ mod tests {
         let uid = "6a1e6a38-2d7c-4b54-9b8e-1f6f3a0c9d21";
         let bridge = bridge_name(uid, &a);
         assert_eq!(bridge.len(), 15, "{bridge}");
+        assert!(bridge.starts_with(BRIDGE_PREFIX), "{bridge}");
+        assert!(bridge[3..].chars().all(|c| c.is_ascii_hexdigit()), "{bridge}");
         assert_eq!(bridge, bridge_name(uid, &a), "stable");
         assert_ne!(bridge, bridge_name("another-uid", &a), "one bridge per Network");
         // The CNI bridge plugin refuses a bridge holding another gateway address.
