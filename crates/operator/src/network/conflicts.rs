@@ -384,7 +384,7 @@ mod tests {
             net("a", "same", "10.1.0.0/16", 2),
             net("a", "inside", "10.1.2.0/24", 3),
             net("a", "beside", "10.2.0.0/16", 4),
-            net("a", "v6", "fd00::/8", 5),
+            net("a", "v6", "fd12::/16", 5),
             net("b", "elsewhere", "10.1.0.0/16", 0),
         ];
         for n in &nets {
@@ -411,7 +411,7 @@ mod tests {
             Some("elsewhere".into())
         );
         assert_eq!(
-            winner(&index, &net("a", "v6-late", "fd00:1::/64", 9)),
+            winner(&index, &net("a", "v6-late", "fd12:1::/64", 9)),
             Some("v6".into())
         );
         assert_eq!(winner(&index, &nets[0]), None, "the oldest yields to no one");

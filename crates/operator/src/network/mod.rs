@@ -347,8 +347,14 @@ impl<B: NetworkBackend> NetworkReconciler<B> {
         }
     }
 
-    /// Takes a Network that must not be in the backend (invalid, or refused) out of it.
+    /// Takes a Network that must not be in the backend (invalid, or refused) out of it, unless
+    /// its status says that was done: a refusal is recorded only after the release, and a
+    /// backend reference only by a sync. So a refused Network costs the backend (2 or 3 Neutron
+    /// requests) once, not at every resync.
     async fn release(&self, network: &Network) -> Result<(), Error> {
+        if status::released(network) {
+            return Ok(());
+        }
         if self.backend.remove(network).await? {
             tracing::info!("removed from the backend");
         }

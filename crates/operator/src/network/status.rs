@@ -44,6 +44,19 @@ pub enum Observed<'a> {
     BackendFailed(&'a Addressing, &'a BackendError),
 }
 
+/// Whether the status says the backend holds nothing of the Network: it was refused (invalid,
+/// outside the policy, or in conflict), which is recorded after its release from the backend,
+/// and has not been synced since.
+pub fn released(network: &Network) -> bool {
+    network.status.as_ref().is_some_and(|status| {
+        status.backend.is_none()
+            && matches!(
+                crate::runtime::status::ready_reason(&status.conditions),
+                Some(reason::INVALID_SPEC | reason::PREFIX_NOT_ALLOWED | reason::CIDR_CONFLICT)
+            )
+    })
+}
+
 pub fn desired(network: &Network, observed: Observed<'_>) -> NetworkStatus {
     let previous = network.status.clone().unwrap_or_default();
     let generation = network.metadata.generation;
