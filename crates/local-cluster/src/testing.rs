@@ -191,14 +191,15 @@ impl Drop for TestNamespace {
                 .map_err(|e| e.to_string())?;
             runtime.block_on(async {
                 let client = Client::try_from(config).map_err(|e| e.to_string())?;
-                match Api::<Namespace>::all(client)
+                match Api::<Namespace>::all(client.clone())
                     .delete(&name, &DeleteParams::background())
                     .await
                 {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                    Err(e) => Err(format!("deleting namespace {name}: {e}")),
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                    Err(e) => return Err(format!("deleting namespace {name}: {e}")),
                 }
+                release_operator_finalizers(&client, &name).await
             })
         })
         .join();
@@ -208,6 +209,57 @@ impl Drop for TestNamespace {
             Err(_) => eprintln!("deleting namespace {} panicked", self.name),
         }
     }
+}
+
+/// The finalizers the operator puts on the objects of a test's namespace, by the plural of their
+/// resource: with the test's operator stopped, nothing would remove them, and the namespace
+/// would stay Terminating. What they guard is the test's own (a Network's attachment definition
+/// goes with the namespace; a Neutron network stays in the test bed until it is stopped).
+const OPERATOR_FINALIZERS: [(&str, &str, &str, &str); 1] = [(
+    "samplecrd.k8s.io",
+    "v1",
+    "networks",
+    "samplecrd.k8s.io/network-backend",
+)];
+
+/// Takes the operator's finalizers off what is left in `namespace`, once it is being deleted.
+async fn release_operator_finalizers(client: &Client, namespace: &str) -> std::result::Result<(), String> {
+    for (group, version, plural, finalizer) in OPERATOR_FINALIZERS {
+        let resource = kube::api::ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: format!("{group}/{version}"),
+            kind: String::new(),
+            plural: plural.into(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        // A cluster without the resource has nothing to release.
+        let Ok(objects) = api.list(&Default::default()).await else {
+            continue;
+        };
+        for object in objects {
+            let Some(name) = object.metadata.name.as_deref() else {
+                continue;
+            };
+            let kept: Vec<&String> = object
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .filter(|f| *f != finalizer)
+                .collect();
+            let patch = serde_json::json!({ "metadata": { "finalizers": kept } });
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(format!("releasing {plural}/{name} in {namespace}: {e}")),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The tests' one poller: runs `check` every 200 ms until it returns a value, for at most
