@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -25,7 +25,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{Api, PostParams};
 use sha2::{Digest, Sha256};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 // Tokio's clock, which tests can pause and move.
 use tokio::time::Instant;
 
@@ -142,29 +142,8 @@ pub struct Authorizer {
     reviewer: Box<dyn Reviewer>,
     decisions: Mutex<HashMap<[u8; 32], (Decision, Instant)>>,
     reviews: Semaphore,
-    /// Each address's one turn at a review, while someone from it holds or waits for it.
-    peers: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
-}
-
-/// An address's turn at a review; dropped, it forgets the address unless another request from
-/// it waits.
-struct PeerTurn<'a> {
-    peers: &'a Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
-    peer: IpAddr,
-    permit: Option<OwnedSemaphorePermit>,
-}
-
-impl Drop for PeerTurn<'_> {
-    fn drop(&mut self) {
-        drop(self.permit.take());
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        if peers
-            .get(&self.peer)
-            .is_some_and(|turn| Arc::strong_count(turn) == 1)
-        {
-            peers.remove(&self.peer);
-        }
-    }
+    /// Each address's one turn at a review.
+    peers: super::per_address::PerAddress,
 }
 
 impl Authorizer {
@@ -173,26 +152,8 @@ impl Authorizer {
             reviewer: Box::new(reviewer),
             decisions: Mutex::default(),
             reviews: Semaphore::new(REVIEWS_AT_ONCE),
-            peers: Mutex::default(),
+            peers: super::per_address::PerAddress::new(1),
         }
-    }
-
-    /// Waits for `peer`'s turn at a review.
-    async fn peer_turn(&self, peer: IpAddr) -> PeerTurn<'_> {
-        let turn = {
-            let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-            peers
-                .entry(peer)
-                .or_insert_with(|| Arc::new(Semaphore::new(1)))
-                .clone()
-        };
-        let mut waiting = PeerTurn {
-            peers: &self.peers,
-            peer,
-            permit: None,
-        };
-        waiting.permit = Some(turn.acquire_owned().await.expect("never closed"));
-        waiting
     }
 
     /// The API server's reviews, through `client`.
@@ -210,7 +171,7 @@ impl Authorizer {
         let decision = match self.remembered(&key) {
             Some(decision) => decision,
             None => {
-                let _peer_turn = self.peer_turn(peer).await;
+                let _peer_turn = self.peers.take(peer).await;
                 let _turn = self.reviews.acquire().await.expect("never closed");
                 // Another request may have asked for the same token meanwhile.
                 match self.remembered(&key) {
@@ -420,10 +381,7 @@ mod tests {
         for refused in flood {
             assert_eq!(refused.await.unwrap(), Err(Refusal::Unauthenticated));
         }
-        assert!(
-            auth.peers.lock().unwrap().is_empty(),
-            "no address is kept once served"
-        );
+        assert!(auth.peers.addresses() == 0, "no address is kept once served");
     }
 
     /// Made-up tokens push out refusals, never a scraper's allowed token, even near the end of

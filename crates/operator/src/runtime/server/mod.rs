@@ -17,6 +17,7 @@
 //! waits on a client.
 
 pub mod auth;
+mod per_address;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -128,44 +129,6 @@ async fn serve(
     Ok((bound, task))
 }
 
-/// The connections open per source address, each counted until its [`PeerSlot`] drops.
-#[derive(Clone, Default)]
-struct Peers(Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>);
-
-/// One connection's place in its peer's count.
-struct PeerSlot {
-    peers: Peers,
-    address: std::net::IpAddr,
-}
-
-impl Peers {
-    /// A place for one more connection from `address`, unless it holds its share already.
-    fn admit(&self, address: std::net::IpAddr) -> Option<PeerSlot> {
-        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let count = open.entry(address).or_default();
-        if *count >= PER_PEER_CONNECTIONS {
-            return None;
-        }
-        *count += 1;
-        Some(PeerSlot {
-            peers: self.clone(),
-            address,
-        })
-    }
-}
-
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        let mut open = self.peers.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = open.get_mut(&self.address) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.address);
-            }
-        }
-    }
-}
-
 /// Accepts connections while there is room, until `shutdown`; then lets the open ones finish
 /// within [`SHUTDOWN_GRACE`].
 async fn accept(
@@ -176,7 +139,7 @@ async fn accept(
     shutdown: impl Future<Output = ()>,
 ) {
     let room = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let peers = Peers::default();
+    let peers = per_address::PerAddress::new(PER_PEER_CONNECTIONS);
     let graceful = GracefulShutdown::new();
     // Dropped at the end, which aborts the connections still open.
     let mut connections = JoinSet::new();
@@ -188,7 +151,7 @@ async fn accept(
         };
         let (stream, slot, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => match peers.admit(peer.ip()) {
+                Ok((stream, peer)) => match peers.try_take(peer.ip()) {
                     Some(slot) => (stream, slot, peer.ip()),
                     // Over its share: closed at once, and its permit goes to the next.
                     None => continue,
