@@ -323,6 +323,17 @@ pub struct LeaderElectionArgs {
 }
 
 impl LeaderElectionArgs {
+    /// The grace period must fit in the Lease: the holder renews that long before it expires.
+    fn check(&self) -> Result<(), String> {
+        if self.lease_grace_seconds == 0 || self.lease_grace_seconds >= self.lease_duration_seconds {
+            return Err(format!(
+                "--lease-grace-seconds ({}) must be at least 1 and less than --lease-duration-seconds ({}): the holder renews that long before the Lease expires",
+                self.lease_grace_seconds, self.lease_duration_seconds
+            ));
+        }
+        Ok(())
+    }
+
     fn namespace(&self) -> String {
         self.leader_election_namespace
             .clone()
@@ -414,6 +425,8 @@ pub async fn kube_config(args: &ClusterArgs) -> Result<kube::Config, String> {
 }
 
 async fn run_operator(args: RunArgs) -> Result<(), String> {
+    // Options that cannot work end the start before anything else is done.
+    args.leader_election.check()?;
     // The probes come first: a kubelet probes as soon as the container starts, and a refused
     // connection reads as a crash where "not ready yet, checking the cluster" is true. /metrics
     // follows once there is a client, with which the secure one reviews its scrapers' tokens.
@@ -500,14 +513,6 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     let telemetry_health = telemetry.health.clone();
     let outcome = if args.leader_election.leader_elect {
         let election = &args.leader_election;
-        if election.lease_grace_seconds == 0
-            || election.lease_grace_seconds >= election.lease_duration_seconds
-        {
-            return Err(format!(
-                "--lease-grace-seconds ({}) must be at least 1 and less than --lease-duration-seconds ({}): the holder renews that long before the Lease expires",
-                election.lease_grace_seconds, election.lease_duration_seconds
-            ));
-        }
         let lease = LeaseConfig {
             name: election.leader_election_name.clone(),
             namespace: election.namespace(),
@@ -649,6 +654,24 @@ mod tests {
             .into_iter()
             .map(|cells| (cells[0].clone(), cells[1].clone(), cells[2].clone()))
             .collect()
+    }
+
+    #[test]
+    fn a_lease_grace_period_must_fit_in_the_lease() {
+        assert_eq!(run_args(&[]).unwrap().leader_election.check(), Ok(()));
+        for (grace, duration) in [("0", "15"), ("15", "15"), ("20", "15")] {
+            let args = run_args(&[
+                "--lease-grace-seconds",
+                grace,
+                "--lease-duration-seconds",
+                duration,
+            ])
+            .unwrap();
+            let error = args.leader_election.check().unwrap_err();
+            assert!(error.contains("--lease-grace-seconds"), "{error}");
+        }
+        let relaxed = run_args(&["--lease-grace-seconds", "10", "--lease-duration-seconds", "30"]).unwrap();
+        assert_eq!(relaxed.leader_election.check(), Ok(()));
     }
 
     #[test]

@@ -396,6 +396,11 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
         ),
         ("metrics.readers[0].name=prometheus", "/metrics/readers/0"),
         ("probePort=0", "/probePort"),
+        ("leaderElection.leaseGraceSeconds=0", "/leaderElection/leaseGraceSeconds"),
+        (
+            "leaderElection.leaseGraceSeconds=15",
+            "leaseGraceSeconds must be less than leaderElection.leaseDurationSeconds",
+        ),
         ("metrics.certSecret=Metrics_TLS", "/metrics/certSecret"),
         (
             "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true",
