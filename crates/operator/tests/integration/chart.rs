@@ -396,7 +396,10 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
         ),
         ("metrics.readers[0].name=prometheus", "/metrics/readers/0"),
         ("probePort=0", "/probePort"),
-        ("leaderElection.leaseGraceSeconds=0", "/leaderElection/leaseGraceSeconds"),
+        (
+            "leaderElection.leaseGraceSeconds=0",
+            "/leaderElection/leaseGraceSeconds",
+        ),
         (
             "leaderElection.leaseGraceSeconds=15",
             "leaseGraceSeconds must be less than leaderElection.leaseDurationSeconds",
