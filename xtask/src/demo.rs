@@ -219,6 +219,9 @@ fn real_node_scene(demo: &Demo, cluster: &LocalCluster) -> Result<()> {
         &node_selector,
         "--set-json",
         &tolerations,
+        // The prefixes tenants may use: the chart asks for them (the demo's Network is in it).
+        "--set",
+        "networkAddressPolicy.allowedPrefixes={10.99.0.0/16}",
         "--wait",
         "--timeout=180s",
     ];

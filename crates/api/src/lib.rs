@@ -9,6 +9,7 @@
 // duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod cluster_addresses;
 pub mod conditions;
 pub mod foo;
 pub mod ip;
@@ -16,6 +17,7 @@ pub mod my_custom_resource;
 pub mod names;
 pub mod network;
 
+pub use cluster_addresses::{ClusterAddresses, ClusterAddressesSpec};
 pub use foo::{ExampleFoo, Foo, FooKind, FooSpec, FooStatus};
 pub use my_custom_resource::{MyCustomResource, MyCustomResourceSpec, MyCustomResourceStatus};
 pub use network::{Addressing, BackendReference, Network, NetworkSpec, NetworkStatus};
@@ -33,9 +35,15 @@ pub const API_APPROVAL_ANNOTATION: &str = "api-approved.kubernetes.io";
 pub const API_APPROVAL_VALUE: &str =
     "unapproved, sample-operator keeps the group of kubernetes/sample-controller for compatibility";
 
-/// The CRDs installed by default, in a stable order.
+/// The CRDs installed by default, in a stable order: the seeds' resources, then the parameters
+/// of the Networks' admission policy.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![Network::crd(), Foo::crd(), MyCustomResource::crd()]
+    vec![
+        Network::crd(),
+        Foo::crd(),
+        MyCustomResource::crd(),
+        ClusterAddresses::crd(),
+    ]
 }
 
 /// The CRD of the `example.com` Foo, installed only by those who use that group: with both Foo
@@ -89,6 +97,10 @@ mod tests {
     fn every_crd_has_a_status_subresource_short_names_and_columns() {
         for crd in crds().into_iter().chain(example_com_crds()) {
             let name = crd.metadata.name.clone().unwrap_or_default();
+            // Parameters the operator writes whole: no status, nothing a user lists.
+            if name == "clusteraddresses.samplecrd.k8s.io" {
+                continue;
+            }
             let version = &crd.spec.versions[0];
             let subresources = version.subresources.as_ref().expect("subresources");
             assert!(subresources.status.is_some(), "{name} has no status subresource");

@@ -180,6 +180,20 @@ pub struct AddressPolicyArgs {
     /// The shortest IPv6 prefix a Network may have.
     #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_MIN_PREFIX_LENGTH_V6", default_value_t = 48, value_parser = clap::value_parser!(u8).range(0..=128))]
     pub network_min_prefix_length_v6: u8,
+    /// Refuse Networks that overlap the cluster's own addresses: the nodes' Pod CIDRs, the
+    /// Service CIDRs, the nodes' addresses and the API server's. Needs list and watch of Nodes,
+    /// ServiceCIDRs and the EndpointSlices of `default`; `false` turns it off.
+    #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_CLUSTER_ADDRESSES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub network_cluster_addresses: bool,
+    /// The cluster's Service CIDRs, comma-separated, for clusters without ServiceCIDR objects
+    /// (before Kubernetes 1.33); the ServiceCIDR objects are watched when unset.
+    #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_SERVICE_CIDRS", value_delimiter = ',', value_parser = parse_prefix)]
+    pub network_service_cidrs: Vec<IpPrefix>,
+    /// The ClusterAddresses object (samplecrd.k8s.io/v1, cluster-scoped) that the operator
+    /// keeps holding the cluster's addresses, as the admission policy's parameters; none is
+    /// written when unset.
+    #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_ADMISSION_PARAMS", value_name = "NAME")]
+    pub network_admission_params: Option<String>,
 }
 
 impl AddressPolicyArgs {
@@ -188,6 +202,19 @@ impl AddressPolicyArgs {
             allowed: self.network_allowed_prefixes.clone(),
             min_prefix_v4: self.network_min_prefix_length_v4,
             min_prefix_v6: self.network_min_prefix_length_v6,
+        }
+    }
+}
+
+impl AddressPolicyArgs {
+    pub fn cluster(&self) -> crate::network::cluster::Settings {
+        crate::network::cluster::Settings {
+            enabled: self.network_cluster_addresses,
+            service_cidrs: self.network_service_cidrs.clone(),
+            admission_params: self
+                .network_admission_params
+                .clone()
+                .filter(|_| self.network_cluster_addresses),
         }
     }
 }
@@ -476,6 +503,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     };
     run.network.backend = args.network_backend.config(&client).await?;
     run.network.policy = args.address_policy.policy();
+    run.network.cluster = args.address_policy.cluster();
     run.foo = args.foo_workload.settings();
     let access = match metrics_tls {
         Some(tls) => MetricsAccess::Secure {

@@ -23,6 +23,7 @@
 //! other goes away or moves); and, while the backend is missing, a retry with backoff.
 
 pub mod backend;
+pub mod cluster;
 pub mod conflicts;
 pub mod metrics;
 pub mod policy;
@@ -50,6 +51,7 @@ use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Wiring};
 use backend::multus::{self, Multus, NetworkAttachmentDefinition};
 use backend::neutron::NeutronConfig;
 use backend::{Backend, BackendError, NetworkBackend};
+use cluster::ClusterAddresses;
 use conflicts::PrefixIndex;
 use policy::AddressPolicy;
 use status::Observed;
@@ -144,6 +146,7 @@ impl From<finalizer::Error<Error>> for Error {
 pub struct NetworkReconciler<B> {
     conflicts: PrefixIndex,
     policy: AddressPolicy,
+    cluster: ClusterAddresses,
     backend: B,
 }
 
@@ -167,6 +170,8 @@ pub struct Settings {
     pub label_selector: Option<String>,
     /// Which prefixes Networks may have.
     pub policy: AddressPolicy,
+    /// Whether (and how) the cluster's own addresses are refused too.
+    pub cluster: cluster::Settings,
 }
 
 impl Settings {
@@ -219,6 +224,7 @@ fn primary(shared: &Shared, selection: watcher::Config, policy: AddressPolicy) -
 /// listing of Neutron (see [`neutron`](backend::neutron)).
 pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<Backend>> {
     let primary = primary(shared, settings.selection(), settings.policy.clone());
+    let cluster = cluster::follow(shared, &settings.cluster);
     let (controller, backend) = match &settings.backend {
         BackendConfig::Multus => {
             // While the CRD is missing this watch fails and retries with backoff; the
@@ -261,20 +267,26 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<
             )
         }
     };
+    // A change of the cluster's addresses may refuse a synced Network or free a refused one.
+    let controller = controller.reconcile_all_on(cluster.changes);
+    let mut caches = vec![primary.synced];
+    caches.extend(cluster.synced);
     Wiring {
         name: CONTROLLER,
         controller,
         reconciler: NetworkReconciler {
             conflicts: primary.conflicts,
             policy: settings.policy.clone(),
+            cluster: cluster.addresses,
             backend,
         },
         own_writes: primary.own_writes,
         // Until every Network is listed, an older overlapping one could be missing from the
-        // index, and a newer Network would be synced only to be refused a moment later. Not
-        // waiting for the Multus definitions: their cache never fills while Multus is missing,
-        // and the controller works (and reports) without it.
-        caches: vec![primary.synced],
+        // index, and a newer Network would be synced only to be refused a moment later; so too
+        // with the cluster's addresses. Not waiting for the Multus definitions: their cache
+        // never fills while Multus is missing, and the controller works (and reports) without
+        // it.
+        caches,
     }
 }
 
@@ -311,7 +323,8 @@ impl<B: NetworkBackend> NetworkReconciler<B> {
             }
         };
 
-        if let Err(message) = self.policy.check(&addressing.prefix) {
+        let allowed = self.policy.check(&addressing.prefix);
+        if let Err(message) = allowed.and_then(|()| self.cluster.check(&addressing.prefix)) {
             // Nothing of it may reach the nodes or a cloud: none stays in the backend.
             self.release(network).await?;
             update_status(network, ctx, Observed::NotAllowed(&message)).await?;

@@ -107,6 +107,7 @@ fn scene(networks: &[Network]) -> (ApiServer, FakeBackend, NetworkReconciler<Fak
     let reconciler = NetworkReconciler {
         conflicts,
         policy: AddressPolicy::default(),
+        cluster: Default::default(),
         backend: backend.clone(),
     };
     (api, backend, reconciler)

@@ -33,8 +33,11 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
     let digest = format!("image.digest={DIGEST}");
     let sets = |values: &[&str]| values.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>();
     vec![
-        ("defaults", vec![]),
-        ("one replica", sets(&["replicaCount=1"])),
+        ("defaults, with the prefixes tenants may use", vec![]),
+        (
+            "one replica, nothing of the cluster's addresses",
+            sets(&["replicaCount=1", "networkAddressPolicy.clusterAddresses=false"]),
+        ),
         (
             "one namespace",
             [
@@ -63,6 +66,9 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                 "networkPolicy.openstack[1].port=9696",
                 "networkPolicy.dns=true",
                 "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
+                // Neutron's networks reach no node's routing table.
+                "networkAddressPolicy.anyPrefix=true",
+                "networkAddressPolicy.serviceCIDRs[0]=10.96.0.0/16",
             ]),
         ),
         (
@@ -314,7 +320,18 @@ pub(crate) async fn helm<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process:
     cmd.args(args).output().await.unwrap()
 }
 
+/// The one value the chart requires, unless `sets` choose the prefixes tenants may use.
+const TENANT_PREFIXES: &str = "networkAddressPolicy.allowedPrefixes[0]=192.168.0.0/16";
+
 fn with_sets(mut args: Vec<String>, sets: &[String]) -> Vec<String> {
+    let chosen = sets.iter().any(|set| {
+        set.starts_with("networkAddressPolicy.allowedPrefixes")
+            || set.starts_with("networkAddressPolicy.anyPrefix")
+    });
+    if !chosen {
+        args.push("--set".into());
+        args.push(TENANT_PREFIXES.into());
+    }
     for set in sets {
         args.push("--set".into());
         args.push(set.clone());
@@ -434,12 +451,41 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
             "rbac.clusterWide=false,watchNamespace=a,networkBackend=neutron",
             "needs neutron.clusterId",
         ),
+        (
+            "networkAddressPolicy.allowedPrefixes[0]=10.0.0.0/8,networkAddressPolicy.anyPrefix=true",
+            "allowedPrefixes and anyPrefix=true contradict each other",
+        ),
+        (
+            "networkAddressPolicy.serviceCIDRs[0]=10.96.0.0",
+            "/networkAddressPolicy/serviceCIDRs/0",
+        ),
     ] {
         let error = render(&[set.to_owned()])
             .await
             .expect_err(&format!("{set} is refused"));
         assert!(error.contains(named), "{set}: {error}");
     }
+}
+
+/// Secure by default: the chart does not render until the admin states the prefixes tenants'
+/// Networks may use, or that any is allowed; not even with the Network controller's other
+/// values at their defaults.
+#[tokio::test]
+async fn the_chart_asks_which_prefixes_tenants_may_use() {
+    let output = helm(&["template", RELEASE, &chart()]).await;
+    assert!(!output.status.success(), "rendered without a choice of prefixes");
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        error.contains("networkAddressPolicy: state the prefixes tenants' Networks may use (allowedPrefixes"),
+        "{error}"
+    );
+    // Without the Network controller there is nothing to choose.
+    let output = helm(&["template", RELEASE, &chart(), "--set", "controllers={foo}"]).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// The Prometheus Operator's CRDs, from its pinned Go module, so that ServiceMonitor,
@@ -670,6 +716,12 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
         ("networkAddressPolicy.minPrefixLengthV6", |r| {
             r.address_policy.network_min_prefix_length_v6.to_string()
         }),
+        ("networkAddressPolicy.clusterAddresses", |r| {
+            r.address_policy.network_cluster_addresses.to_string()
+        }),
+        ("networkAddressPolicy.serviceCIDRs[0]", |r| {
+            r.address_policy.network_service_cidrs[0].to_string()
+        }),
         ("neutron.cloud", |r| {
             r.network_backend.os_cloud.clone().unwrap_or_default()
         }),
@@ -754,6 +806,44 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
         cluster_wide && !has("networkAddressPolicy.admission=false"),
         "{name}: the address policy at admission"
     );
+    let cluster_addresses = cluster_wide && !has("networkAddressPolicy.clusterAddresses=false");
+    assert_eq!(
+        policy("-network-cluster-addresses"),
+        cluster_addresses && !has("networkAddressPolicy.admission=false"),
+        "{name}: the cluster's addresses at admission"
+    );
+    let run = rendered_run_args(name, objects);
+    assert_eq!(
+        run.address_policy.network_cluster_addresses, cluster_addresses,
+        "{name}: the operator watches the cluster's addresses where it may"
+    );
+    let params = run.address_policy.network_admission_params.clone();
+    assert_eq!(
+        params.is_some(),
+        cluster_addresses && !has("networkAddressPolicy.admission=false"),
+        "{name}: the admission policy's parameters"
+    );
+    if let Some(params) = params {
+        // The one object the operator may write is the one the binding reads.
+        let binding = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "ValidatingAdmissionPolicyBinding"
+                    && o["spec"]["policyName"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with("-network-cluster-addresses"))
+            })
+            .unwrap();
+        assert_eq!(binding["spec"]["paramRef"]["name"], params.as_str(), "{name}");
+        let writes: Vec<&serde_json::Value> = objects
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole")
+            .flat_map(|o| o["rules"].as_array().unwrap())
+            .filter(|rule| rule["resources"] == serde_json::json!(["clusteraddresses"]))
+            .collect();
+        assert_eq!(writes.len(), 1, "{name}: one rule for the parameters");
+        assert_eq!(writes[0]["resourceNames"], serde_json::json!([params]), "{name}");
+    }
     if let Some(budget) = find(objects, "PodDisruptionBudget") {
         let wanted = if has("podDisruptionBudget.minAvailable=2") {
             2

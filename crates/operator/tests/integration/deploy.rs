@@ -102,6 +102,7 @@ fn the_plain_manifests_and_the_chart_check_networks_with_one_admission_policy() 
     ))
     .unwrap();
     assert_eq!(policy["spec"]["validations"], checks["validations"]);
+    assert_eq!(policy["spec"]["matchConditions"], checks["matchConditions"]);
     let variables = policy["spec"]["variables"].as_array().unwrap();
     // Its parameters first, then the chart's checks.
     assert_eq!(variables[3..], checks["variables"].as_array().unwrap()[..]);
@@ -115,7 +116,16 @@ fn the_plain_manifests_and_the_chart_check_networks_with_one_admission_policy() 
     let defaults = sample_operator::network::policy::AddressPolicy::default();
     assert_eq!(parameter("shortestV4"), defaults.min_prefix_v4.to_string());
     assert_eq!(parameter("shortestV6"), defaults.min_prefix_v6.to_string());
-    assert_eq!(parameter("allowed"), "[]");
+    // The prefixes they allow are those the Deployment gives the operator.
+    assert_eq!(parameter("allowed"), "['192.168.0.0/16']");
+    let deployment = documents(include_str!("../../../../deploy/operator/deployment.yaml"));
+    let args = deployment[0]["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    assert!(
+        args.as_array()
+            .unwrap()
+            .contains(&"--network-allowed-prefixes=192.168.0.0/16".into()),
+        "{args}"
+    );
 }
 
 #[test]

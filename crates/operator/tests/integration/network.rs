@@ -483,8 +483,9 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
             }
         }
     };
+    // The shipped rules with any prefix allowed (the manifests allow the seeds' 192.168.0.0/16).
     let shipped = format!("network-addresses-{}", ns.name);
-    install(shipped.clone(), None).await;
+    install(shipped.clone(), Some("[]")).await;
     let networks = ns.api::<Network>();
     // The API server picks a policy up within a few seconds of its creation.
     let refusal = |name: &'static str, cidr: &'static str, gateway: &'static str| {
@@ -527,6 +528,13 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
         )
         .await
         .expect("an allowed Network is admitted");
+    networks
+        .create(
+            &PostParams::default(),
+            &network("before", "192.168.8.0/24", "192.168.8.1"),
+        )
+        .await
+        .expect("admitted before the policy narrows");
 
     let confined = format!("network-addresses-10-{}", ns.name);
     install(confined.clone(), Some("['10.0.0.0/8']")).await;
@@ -535,6 +543,25 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
         message.contains("outside the prefixes the policy allows (10.0.0.0/8)"),
         "{message}"
     );
+    // A Network admitted before the policy narrowed stays one its owner may label and delete
+    // (a finalizer goes by an UPDATE): only a new prefix is checked.
+    let label = json!({ "metadata": { "labels": { "team": "a" } } });
+    networks
+        .patch("before", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("a change that keeps the prefix is admitted");
+    let moved = json!({ "spec": { "cidr": "192.168.9.0/24", "gateway": "192.168.9.1" } });
+    let refused = networks
+        .patch("before", &PatchParams::default(), &Patch::Merge(&moved))
+        .await
+        .expect_err("a new prefix outside the policy");
+    assert!(
+        refused
+            .to_string()
+            .contains("outside the prefixes the policy allows"),
+        "{refused}"
+    );
+    networks.delete("before", &DeleteParams::default()).await.unwrap();
 
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
@@ -937,4 +964,206 @@ async fn steady_state_sends_no_writes_across_resyncs_and_restarts() {
     wait_refused(&networks, "steady-refused", "CIDRConflict", TIMEOUT).await;
     let restarts = [config.runtime.initial_list];
     assert_quiet_across_resyncs_and_restarts(operator, &config, &restarts, async |_| {}).await;
+}
+
+/// A Node of this test's own, holding a Pod CIDR and an address: never scheduled to (it is
+/// unschedulable and tainted) and not one kwok plays (no annotation), so it only exists.
+async fn create_fake_node(client: &Client, name: &str, pod_cidr: &str, address: &str) {
+    use k8s_openapi::api::core::v1::Node;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let _ = nodes.delete(name, &DeleteParams::default()).await;
+    testing::wait_for_deletion(&nodes, name, TIMEOUT).await.unwrap();
+    let node: Node = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "podCIDR": pod_cidr,
+            "podCIDRs": [pod_cidr],
+            "unschedulable": true,
+            "taints": [{ "key": "sample-operator.dev/test", "effect": "NoSchedule" }],
+        },
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let status = json!({ "status": { "addresses": [
+        { "type": "InternalIP", "address": address },
+        { "type": "Hostname", "address": name },
+    ] } });
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+/// The cluster's own addresses: a Network around a node's Pod CIDR, the Service CIDR or a
+/// node's address is refused by the operator with a reason that names the kind of address and
+/// not the address, and at admission from the parameters the operator keeps; a Network the
+/// operator refuses can still be labelled and deleted; and when the node goes, its Networks are
+/// synced and admitted without a change of their own.
+#[tokio::test]
+async fn networks_around_the_clusters_own_addresses_are_refused_by_the_operator_and_at_admission() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::core::v1::Node;
+    let Scene { client, ns } = Scene::new("net-cluster").await;
+    // One name for every run, so that a run that failed before deleting it cleans up first.
+    let node = "sample-operator-test-cluster-addresses";
+    // The local cluster's Service CIDR is 10.0.0.0/24 (a ServiceCIDR object the API server
+    // keeps); the node's Pod CIDR and address are this test's.
+    create_fake_node(&client, node, "10.57.0.0/24", "10.58.0.5").await;
+
+    // The shipped policy, bound to this namespace and to its own parameters.
+    let policy_name = format!("cluster-addresses-{}", ns.name);
+    let params = format!("test-{}", ns.name);
+    for mut object in crate::deploy::documents(include_str!(
+        "../../../../deploy/operator/network-cluster-address-policy.yaml"
+    )) {
+        object["metadata"]["name"] = policy_name.clone().into();
+        if object["kind"] == "ValidatingAdmissionPolicyBinding" {
+            object["spec"]["policyName"] = policy_name.clone().into();
+            object["spec"]["paramRef"]["name"] = params.clone().into();
+            object["spec"]["matchResources"] = json!({
+                "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": ns.name } }
+            });
+        }
+        testing::apply_manifest(&client, &serde_yaml::to_string(&object).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("{object}: {e}"));
+    }
+
+    // Admitted while the parameters are missing (before the operator's first start).
+    let networks = ns.api::<Network>();
+    let post = PostParams::default();
+    for (name, cidr, gateway) in [
+        ("pods", "10.57.0.8/29", "10.57.0.9"),
+        ("services", "10.0.0.8/29", "10.0.0.9"),
+        ("node", "10.58.0.0/29", "10.58.0.1"),
+        ("free", "10.59.0.0/29", "10.59.0.1"),
+    ] {
+        networks
+            .create(&post, &network(name, cidr, gateway))
+            .await
+            .unwrap();
+    }
+
+    let mut run = config(Some(&ns.name), &[ControllerName::Network]);
+    run.network.cluster = sample_operator::network::cluster::Settings {
+        enabled: true,
+        service_cidrs: Vec::new(),
+        admission_params: Some(params.clone()),
+    };
+    // As the admin: the operator's ServiceAccount may write only the manifests' parameters
+    // (the RBAC test checks that one).
+    let operator = Operator::start_as(run, testing::config().await).await;
+    for (name, cidr, kind) in [
+        ("pods", "10.57.0.8/29", "the cluster's Pod addresses"),
+        ("services", "10.0.0.8/29", "the cluster's Service addresses"),
+        ("node", "10.58.0.0/29", "a node's address"),
+    ] {
+        let refused = wait_refused(&networks, name, "PrefixNotAllowed", TIMEOUT).await;
+        assert_eq!(
+            message(&refused),
+            format!("spec.cidr: {cidr} overlaps {kind}, which no Network may use")
+        );
+    }
+    wait_synced(&networks, "free", TIMEOUT).await;
+    let nads = ns.api::<NetworkAttachmentDefinition>();
+    for refused in ["pods", "services", "node"] {
+        assert!(
+            nads.get_opt(refused).await.unwrap().is_none(),
+            "{refused} reached the backend"
+        );
+    }
+
+    // At admission, once the operator has written the parameters and the API server read them.
+    let admitted = |name: &'static str, cidr: &'static str, gateway: &'static str| {
+        let networks = networks.clone();
+        async move {
+            networks
+                .create(&PostParams::default(), &network(name, cidr, gateway))
+                .await
+        }
+    };
+    for (name, cidr, gateway, kind) in [
+        (
+            "pods-2",
+            "10.57.0.16/29",
+            "10.57.0.17",
+            "the cluster's Pod addresses",
+        ),
+        (
+            "services-2",
+            "10.0.0.16/29",
+            "10.0.0.17",
+            "the cluster's Service addresses",
+        ),
+        ("node-2", "10.58.0.4/30", "10.58.0.6", "a node's address"),
+    ] {
+        let start = Instant::now();
+        let message = loop {
+            match admitted(name, cidr, gateway).await {
+                Err(kube::Error::Api(status)) => break status.message,
+                Ok(_) if start.elapsed() < TIMEOUT => {
+                    networks.delete(name, &DeleteParams::default()).await.unwrap();
+                    testing::wait_for_deletion(&networks, name, TIMEOUT)
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                other => panic!("{name} ({cidr}) was not refused at admission: {other:?}"),
+            }
+        };
+        assert!(
+            message.contains(&format!(
+                "spec.cidr: {cidr} overlaps {kind}, which no Network may use"
+            )),
+            "{name}: {message}"
+        );
+    }
+
+    // A refused Network stays an object its owner may label (its prefix unchanged).
+    let label = json!({ "metadata": { "labels": { "team": "a" } } });
+    networks
+        .patch("node", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("a change that keeps the prefix is admitted");
+
+    // The node goes: its Networks are synced, and admitted, without a change of their own.
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes.delete(node, &DeleteParams::default()).await.unwrap();
+    wait_synced(&networks, "pods", RECOVERY + Duration::from_secs(5)).await;
+    wait_synced(&networks, "node", RECOVERY + Duration::from_secs(5)).await;
+    wait_refused(&networks, "services", "PrefixNotAllowed", TIMEOUT).await;
+    let start = Instant::now();
+    while let Err(error) = admitted("pods-2", "10.57.0.16/29", "10.57.0.17").await {
+        assert!(start.elapsed() < TIMEOUT, "pods-2 is still refused: {error}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // And a refused Network is deleted as any other: its finalizer goes by an UPDATE the policy
+    // lets through.
+    networks
+        .delete("services", &DeleteParams::default())
+        .await
+        .unwrap();
+    testing::wait_for_deletion(&networks, "services", TIMEOUT)
+        .await
+        .unwrap();
+
+    operator.stop().await;
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    bindings
+        .delete(&policy_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    policies
+        .delete(&policy_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let params_api: Api<sample_operator_api::ClusterAddresses> = Api::all(client.clone());
+    params_api
+        .delete(&params, &DeleteParams::default())
+        .await
+        .unwrap();
 }

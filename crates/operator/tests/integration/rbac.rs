@@ -17,7 +17,9 @@ use local_cluster::testing::{self, TestNamespace};
 use sample_operator::ControllerName;
 use sample_operator::network::backend::multus::NetworkAttachmentDefinition;
 use sample_operator::runtime::server::auth::Authorizer;
-use sample_operator_api::{ExampleFoo, Foo, MyCustomResource, MyCustomResourceSpec, Network};
+use sample_operator_api::{
+    ClusterAddresses, ExampleFoo, Foo, MyCustomResource, MyCustomResourceSpec, Network,
+};
 use serde_json::json;
 use tower::{Layer, Service};
 
@@ -126,13 +128,34 @@ fn access(method: &Method, uri: &http::Uri) -> Option<Access> {
     Some((group.to_owned(), resource, verb.to_owned()))
 }
 
-/// The operator's ClusterRole in deploy/operator/rbac.yaml (the chart's defaults), expanded to
-/// one access per group, resource and verb.
+/// The operator's ClusterRole in deploy/operator/rbac.yaml (the chart's defaults), and the
+/// ClusterRole and Roles of the cluster's addresses in rbac-cluster-addresses.yaml, expanded to
+/// one access per group, resource and verb. (The leader election's Role is the Lease test's.)
 fn granted() -> BTreeSet<Access> {
-    let role = documents(&std::fs::read_to_string(format!("{ROOT}/deploy/operator/rbac.yaml")).unwrap())
+    let read =
+        |file: &str| documents(&std::fs::read_to_string(format!("{ROOT}/deploy/operator/{file}")).unwrap());
+    let main = read("rbac.yaml")
         .into_iter()
         .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "sample-operator")
         .expect("the operator's ClusterRole");
+    let cluster_addresses: Vec<serde_json::Value> = read("rbac-cluster-addresses.yaml")
+        .into_iter()
+        .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+        .collect();
+    assert_eq!(
+        cluster_addresses.len(),
+        2,
+        "the cluster's addresses: a ClusterRole and a Role"
+    );
+    let mut granted = BTreeSet::new();
+    for role in std::iter::once(main).chain(cluster_addresses) {
+        granted.extend(accesses_of(&role));
+    }
+    granted
+}
+
+/// A role's rules, one access per group, resource and verb.
+fn accesses_of(role: &serde_json::Value) -> BTreeSet<Access> {
     let strings = |v: &serde_json::Value| -> Vec<String> {
         v.as_array()
             .unwrap()
@@ -212,6 +235,13 @@ async fn the_cluster_role_grants_exactly_what_the_controllers_use() {
         .await
         .unwrap();
 
+    // An earlier run's parameters gone, so that this run's write is seen.
+    let params: kube::Api<ClusterAddresses> = kube::Api::all(client.clone());
+    let _ = params.delete("sample-operator", &DeleteParams::default()).await;
+    testing::wait_for_deletion(&params, "sample-operator", TIMEOUT)
+        .await
+        .unwrap();
+
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controllers = [
         ControllerName::Foo,
@@ -219,13 +249,17 @@ async fn the_cluster_role_grants_exactly_what_the_controllers_use() {
         ControllerName::Network,
         ControllerName::MyCustomResource,
     ];
-    let operator = tokio::spawn(sample_operator::run(
-        as_operator.clone(),
-        config(Some(&ns.name), &controllers),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    // The Network controller also follows the cluster's addresses and keeps the admission
+    // policy's parameters, in the object the manifests name.
+    let mut run = config(Some(&ns.name), &controllers);
+    run.network.cluster = sample_operator::network::cluster::Settings {
+        enabled: true,
+        service_cidrs: Vec::new(),
+        admission_params: Some("sample-operator".into()),
+    };
+    let operator = tokio::spawn(sample_operator::run(as_operator.clone(), run, async move {
+        let _ = stopped.await;
+    }));
 
     let post = PostParams::default();
     let foos = ns.api::<Foo>();
@@ -306,6 +340,13 @@ async fn the_cluster_role_grants_exactly_what_the_controllers_use() {
         crate::support::wait_for_event(&client, &ns.name, blocked, reason).await;
     }
 
+    // The parameters written (by the manifests' name: a patch creates the object).
+    testing::wait_for(&params, "sample-operator", "written", TIMEOUT, |p| {
+        !p.spec.services.is_empty()
+    })
+    .await
+    .unwrap();
+
     // What the binary does besides the controllers: review a scraper's token, and read the
     // cluster's identity for Neutron's tags.
     let token = service_account_token(&client, &ns.name, "scraper", false).await;
@@ -323,7 +364,18 @@ async fn the_cluster_role_grants_exactly_what_the_controllers_use() {
 
     let _ = stop.send(());
     tokio::time::timeout(TIMEOUT, operator).await.unwrap().unwrap();
-    let used = recorder.accesses();
+    let mut used = recorder.accesses();
+    // The parameters did not exist: the operator's apply created them, which the apiserver
+    // authorizes as a create (by name) besides the patch the client sent.
+    let params_access = |verb: &str| {
+        (
+            "samplecrd.k8s.io".to_owned(),
+            "clusteraddresses".to_owned(),
+            verb.to_owned(),
+        )
+    };
+    assert!(used.contains(&params_access("patch")));
+    used.insert(params_access("create"));
     let granted = granted();
     let unused: Vec<&Access> = granted.difference(&used).collect();
     let ungranted: Vec<&Access> = used.difference(&granted).collect();

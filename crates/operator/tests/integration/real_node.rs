@@ -216,6 +216,8 @@ async fn the_chart_runs_the_operator_as_real_pods_that_hand_over_and_stop_gracef
         r#"hostAliases=[{"ip":"10.0.0.1","hostnames":["kubernetes.default.svc"]}]"#,
         "--set",
         "extraEnv[0].name=KUBERNETES_SERVICE_HOST,extraEnv[0].value=kubernetes.default.svc",
+        "--set",
+        "networkAddressPolicy.allowedPrefixes={10.0.0.0/8}",
     ])
     .await;
     assert!(

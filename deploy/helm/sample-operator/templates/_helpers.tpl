@@ -27,6 +27,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and (not .Values.rbac.clusterWide) (eq .Values.networkBackend "neutron") (not .Values.neutron.clusterId) }}
 {{- fail "rbac.clusterWide=false with networkBackend=neutron needs neutron.clusterId: the default identity is read from the kube-system namespace, outside the Role" }}
 {{- end }}
+{{- $network := or (not .Values.controllers) (has "network" .Values.controllers) }}
+{{- if and $network (not .Values.networkAddressPolicy.allowedPrefixes) (not .Values.networkAddressPolicy.anyPrefix) }}
+{{- fail "networkAddressPolicy: state the prefixes tenants' Networks may use (allowedPrefixes, such as {192.168.0.0/16} for the seeds' example-network), or that any is allowed (anyPrefix=true)" }}
+{{- end }}
+{{- if and .Values.networkAddressPolicy.allowedPrefixes .Values.networkAddressPolicy.anyPrefix }}
+{{- fail "networkAddressPolicy: allowedPrefixes and anyPrefix=true contradict each other: choose one" }}
+{{- end }}
 {{- if and .Values.metrics.serviceMonitor.enabled .Values.metrics.podMonitor.enabled }}
 {{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled: choose one, or every target is scraped twice" }}
 {{- end }}

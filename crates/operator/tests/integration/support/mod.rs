@@ -184,6 +184,7 @@ pub async fn install_operator_rbac(client: &Client) {
         include_str!("../../../../../deploy/operator/namespace.yaml"),
         include_str!("../../../../../deploy/operator/serviceaccount.yaml"),
         include_str!("../../../../../deploy/operator/rbac.yaml"),
+        include_str!("../../../../../deploy/operator/rbac-cluster-addresses.yaml"),
     ] {
         testing::apply_manifest(client, manifest)
             .await
