@@ -194,6 +194,12 @@ pub struct AddressPolicyArgs {
     /// written when unset.
     #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_ADMISSION_PARAMS", value_name = "NAME")]
     pub network_admission_params: Option<String>,
+    /// With the Multus backend, let Networks of different namespaces overlap: only where the
+    /// nodes keep namespaces apart (each namespace's Pods on nodes of its own, or a CNI that
+    /// separates them), since a node hosting both would route one prefix to two bridges.
+    /// Neutron's networks are each their own, and may always overlap across namespaces.
+    #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_OVERLAP_ACROSS_NAMESPACES")]
+    pub network_overlap_across_namespaces: bool,
 }
 
 impl AddressPolicyArgs {
@@ -504,6 +510,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     run.network.backend = args.network_backend.config(&client).await?;
     run.network.policy = args.address_policy.policy();
     run.network.cluster = args.address_policy.cluster();
+    run.network.overlap_across_namespaces = args.address_policy.network_overlap_across_namespaces;
     run.foo = args.foo_workload.settings();
     let access = match metrics_tls {
         Some(tls) => MetricsAccess::Secure {

@@ -1,7 +1,9 @@
 //! Overlapping prefixes: who keeps a prefix, and whom a change concerns.
 //!
 //! Within a namespace (a tenant) the prefixes of Networks must not overlap; across namespaces
-//! they may. When two overlap, the older Network (by creation time, then name) keeps working and
+//! they may only where nodes keep the namespaces apart ([`Scope`]): with the Multus backend a
+//! node that hosts Pods of two Networks with the same prefix has two bridges with the same
+//! connected route, and one of them takes the other's traffic. When two overlap, the older Network (by creation time, then name) keeps working and
 //! the newer one is refused. A Network's standing depends only on the older Networks that
 //! overlap it, whether or not those are refused themselves, so a decision never cascades: when a
 //! Network appears, changes its prefix or goes away, only the newer Networks overlapping its old
@@ -28,6 +30,8 @@ use sample_operator_api::ip::{IpFamily, IpPrefix};
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Claimant {
     pub created: Timestamp,
+    /// Only breaks ties across namespaces, where conflicts span them.
+    pub namespace: String,
     pub name: String,
 }
 
@@ -37,6 +41,7 @@ impl Claimant {
             created: network
                 .creation_timestamp()
                 .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
+            namespace: network.namespace().unwrap_or_default(),
             name: network.name_any(),
         }
     }
@@ -45,8 +50,30 @@ impl Claimant {
 /// An older Network whose prefix overlaps: the one that keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Overlap {
+    pub namespace: String,
     pub name: String,
     pub prefix: IpPrefix,
+}
+
+/// How far the prefixes of Networks must not overlap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// Within a namespace: where nodes keep namespaces apart (Neutron's networks are each
+    /// their own, or the admin says the nodes do).
+    Namespace,
+    /// Across the cluster: with Multus, every node routes every Network it hosts.
+    #[default]
+    Cluster,
+}
+
+impl Scope {
+    /// The index's bucket of a Network in `namespace`.
+    fn bucket(self, namespace: &str) -> String {
+        match self {
+            Scope::Namespace => namespace.to_owned(),
+            Scope::Cluster => String::new(),
+        }
+    }
 }
 
 /// The Network that a Network with `me` must yield to among `overlapping` (the Networks whose
@@ -60,15 +87,16 @@ pub fn winner_over<'a>(
         .filter(|(claimant, _)| *claimant < me)
         .min_by(|a, b| a.0.cmp(b.0))
         .map(|(claimant, prefix)| Overlap {
+            namespace: claimant.namespace.clone(),
             name: claimant.name.clone(),
             prefix,
         })
 }
 
-/// What a Network claims: a prefix in a namespace.
+/// What a Network claims: a prefix in a bucket (its namespace, or the whole cluster).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Claim {
-    namespace: String,
+    bucket: String,
     prefix: IpPrefix,
     claimant: Claimant,
 }
@@ -78,21 +106,21 @@ impl Claim {
     /// the address policy refuses (it is in no backend, and must not block the Networks that
     /// may be), or one being deleted (its prefix is released as soon as deletion is asked for,
     /// so that the Networks it blocked recover while its cleanup runs).
-    fn of(network: &Network, policy: &AddressPolicy) -> Option<Self> {
+    fn of(network: &Network, policy: &AddressPolicy, scope: Scope) -> Option<Self> {
         if network.metadata.deletion_timestamp.is_some() {
             return None;
         }
         let prefix = network.validate().ok()?.prefix;
         policy.check(&prefix).ok()?;
         Some(Self {
-            namespace: network.namespace()?,
+            bucket: scope.bucket(&network.namespace()?),
             prefix,
             claimant: Claimant::of(network),
         })
     }
 
-    fn object_ref(&self, claimant: &Claimant) -> ObjectRef<Network> {
-        ObjectRef::new(&claimant.name).within(&self.namespace)
+    fn object_ref(claimant: &Claimant) -> ObjectRef<Network> {
+        ObjectRef::new(&claimant.name).within(&claimant.namespace)
     }
 }
 
@@ -120,7 +148,7 @@ struct State {
 impl State {
     fn insert(&mut self, obj_ref: ObjectRef<Network>, claim: Claim) {
         self.namespaces
-            .entry(claim.namespace.clone())
+            .entry(claim.bucket.clone())
             .or_default()
             .entry(key(&claim.prefix))
             .or_insert_with(|| Holders {
@@ -134,7 +162,7 @@ impl State {
 
     fn remove(&mut self, obj_ref: &ObjectRef<Network>) -> Option<Claim> {
         let claim = self.claims.remove(obj_ref)?;
-        if let Some(prefixes) = self.namespaces.get_mut(&claim.namespace) {
+        if let Some(prefixes) = self.namespaces.get_mut(&claim.bucket) {
             let key = key(&claim.prefix);
             if let Some(holders) = prefixes.get_mut(&key) {
                 holders.claimants.remove(&claim.claimant);
@@ -143,15 +171,15 @@ impl State {
                 }
             }
             if prefixes.is_empty() {
-                self.namespaces.remove(&claim.namespace);
+                self.namespaces.remove(&claim.bucket);
             }
         }
         Some(claim)
     }
 
-    /// Every claim in `namespace` whose prefix overlaps `prefix`.
-    fn overlapping(&self, namespace: &str, prefix: &IpPrefix) -> Vec<(&Claimant, IpPrefix)> {
-        let Some(prefixes) = self.namespaces.get(namespace) else {
+    /// Every claim in `bucket` whose prefix overlaps `prefix`.
+    fn overlapping(&self, bucket: &str, prefix: &IpPrefix) -> Vec<(&Claimant, IpPrefix)> {
+        let Some(prefixes) = self.namespaces.get(bucket) else {
             return Vec::new();
         };
         // Wider prefixes containing this one: each is this one truncated to its length.
@@ -173,10 +201,10 @@ impl State {
     /// The Networks newer than `claim`'s that overlap its prefix: the ones whose decision a
     /// change of `claim` may alter.
     fn newer_overlapping(&self, claim: &Claim) -> Vec<ObjectRef<Network>> {
-        self.overlapping(&claim.namespace, &claim.prefix)
+        self.overlapping(&claim.bucket, &claim.prefix)
             .into_iter()
             .filter(|(claimant, _)| **claimant > claim.claimant)
-            .map(|(claimant, _)| claim.object_ref(claimant))
+            .map(|(claimant, _)| Claim::object_ref(claimant))
             .collect()
     }
 }
@@ -186,16 +214,18 @@ impl State {
 pub struct PrefixIndex {
     /// Which prefixes may be claimed at all.
     policy: Arc<AddressPolicy>,
+    scope: Scope,
     live: Arc<RwLock<State>>,
     /// The state being rebuilt during a re-list, and whether a first list completed.
     building: Arc<Mutex<(Option<State>, bool)>>,
 }
 
 impl PrefixIndex {
-    /// An empty index of the prefixes `policy` allows.
-    pub fn new(policy: AddressPolicy) -> Self {
+    /// An empty index of the prefixes `policy` allows, which must not overlap within `scope`.
+    pub fn new(policy: AddressPolicy, scope: Scope) -> Self {
         Self {
             policy: Arc::new(policy),
+            scope,
             ..Self::default()
         }
     }
@@ -209,7 +239,7 @@ impl PrefixIndex {
                 let obj_ref = ObjectRef::from_obj(network);
                 let mut state = self.live.write().unwrap_or_else(|e| e.into_inner());
                 let old = state.remove(&obj_ref);
-                let new = Claim::of(network, &self.policy);
+                let new = Claim::of(network, &self.policy, self.scope);
                 if let Some(claim) = new.clone() {
                     state.insert(obj_ref.clone(), claim);
                 }
@@ -237,7 +267,9 @@ impl PrefixIndex {
             }
             Event::InitApply(network) => {
                 let mut building = self.building.lock().unwrap_or_else(|e| e.into_inner());
-                if let (Some(state), Some(claim)) = (building.0.as_mut(), Claim::of(network, &self.policy)) {
+                if let (Some(state), Some(claim)) =
+                    (building.0.as_mut(), Claim::of(network, &self.policy, self.scope))
+                {
                     state.insert(ObjectRef::from_obj(network), claim);
                 }
                 Vec::new()
@@ -273,17 +305,17 @@ impl PrefixIndex {
     }
 
     /// The Network that `network` (with `prefix`, its validated one) must yield to: the oldest
-    /// older Network of its namespace whose prefix overlaps.
+    /// older Network of its namespace (or of the cluster) whose prefix overlaps.
     pub fn winner_over(&self, network: &Network, prefix: &IpPrefix) -> Option<Overlap> {
-        let namespace = network.namespace()?;
+        let bucket = self.scope.bucket(&network.namespace()?);
         let me = Claimant::of(network);
         let state = self.live.read().unwrap_or_else(|e| e.into_inner());
-        let overlapping = state.overlapping(&namespace, prefix);
+        let overlapping = state.overlapping(&bucket, prefix);
         winner_over(
             &me,
             overlapping
                 .into_iter()
-                .filter(|(claimant, _)| claimant.name != me.name),
+                .filter(|(claimant, _)| claimant.name != me.name || claimant.namespace != me.namespace),
         )
     }
 }
@@ -294,16 +326,24 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use sample_operator_api::NetworkSpec;
 
-    /// A Network created `second` seconds after the epoch.
-    /// An index whose policy allows any width: the tests use wide prefixes.
+    /// An index whose policy allows any width (the tests use wide prefixes), of conflicts
+    /// within a namespace.
     fn permissive() -> PrefixIndex {
-        PrefixIndex::new(AddressPolicy {
-            allowed: Vec::new(),
-            min_prefix_v4: 0,
-            min_prefix_v6: 0,
-        })
+        permissive_in(Scope::Namespace)
     }
 
+    fn permissive_in(scope: Scope) -> PrefixIndex {
+        PrefixIndex::new(
+            AddressPolicy {
+                allowed: Vec::new(),
+                min_prefix_v4: 0,
+                min_prefix_v6: 0,
+            },
+            scope,
+        )
+    }
+
+    /// A Network created `second` seconds after the epoch.
     fn net(namespace: &str, name: &str, cidr: &str, second: i64) -> Network {
         let gateway = IpPrefix::parse(cidr).unwrap().network().to_string();
         let mut network = Network::new(
@@ -332,27 +372,33 @@ mod tests {
     fn the_older_keeps_the_prefix_and_the_name_breaks_ties() {
         let me = Claimant {
             created: Timestamp::from_second(10).unwrap(),
+            namespace: String::new(),
             name: "m".into(),
         };
         let p = IpPrefix::parse("10.0.0.0/8").unwrap();
         let older = Claimant {
             created: Timestamp::from_second(5).unwrap(),
+            namespace: String::new(),
             name: "z".into(),
         };
         let oldest = Claimant {
             created: Timestamp::from_second(1).unwrap(),
+            namespace: String::new(),
             name: "y".into(),
         };
         let tie_first = Claimant {
             created: me.created,
+            namespace: String::new(),
             name: "a".into(),
         };
         let tie_after = Claimant {
             created: me.created,
+            namespace: String::new(),
             name: "n".into(),
         };
         let newer = Claimant {
             created: Timestamp::from_second(11).unwrap(),
+            namespace: String::new(),
             name: "b".into(),
         };
         assert_eq!(winner_over(&me, [(&newer, p), (&tie_after, p)]), None);
@@ -368,12 +414,39 @@ mod tests {
 
     #[test]
     fn a_network_the_policy_refuses_claims_nothing() {
-        let index = PrefixIndex::new(AddressPolicy::default());
+        let index = PrefixIndex::new(AddressPolicy::default(), Scope::Namespace);
         let everything = net("a", "everything", "0.0.0.0/0", 1);
         let allowed = net("a", "allowed", "10.60.0.0/16", 2);
         index.apply(&Event::Apply(everything));
         index.apply(&Event::Apply(allowed.clone()));
         assert_eq!(winner(&index, &allowed), None, "a refused Network blocks nobody");
+    }
+
+    #[test]
+    fn across_the_cluster_the_oldest_keeps_the_prefix_whatever_its_namespace() {
+        let index = permissive_in(Scope::Cluster);
+        let oldest = net("b", "theirs", "10.1.0.0/16", 1);
+        let mine = net("a", "mine", "10.1.2.0/24", 2);
+        let elsewhere = net("a", "elsewhere", "10.2.0.0/16", 3);
+        for n in [&oldest, &mine, &elsewhere] {
+            index.apply(&Event::Apply(n.clone()));
+        }
+        let overlap = index
+            .winner_over(&mine, &mine.validate().unwrap().prefix)
+            .unwrap();
+        assert_eq!(
+            (overlap.namespace.as_str(), overlap.name.as_str()),
+            ("b", "theirs")
+        );
+        assert_eq!(winner(&index, &elsewhere), None);
+        assert_eq!(winner(&index, &oldest), None, "the oldest yields to no one");
+        // A Network of the same name in another namespace is another Network.
+        let namesake = net("c", "theirs", "10.1.0.0/16", 4);
+        index.apply(&Event::Apply(namesake.clone()));
+        assert_eq!(winner(&index, &namesake), Some("theirs".into()));
+        // Its deletion concerns the newer ones of every namespace.
+        assert_eq!(names(index.apply(&Event::Delete(oldest))), ["mine", "theirs"]);
+        assert_eq!(winner(&index, &mine), None);
     }
 
     #[test]

@@ -11,9 +11,9 @@
 //!
 //! 1. **validate** the spec with [`Network::validate`] (objects stored before the schema had a
 //!    rule get a condition and an event, then wait for a change: a terminal error);
-//! 2. **check for conflicts** with the older Networks of the namespace ([`conflicts`], an index
-//!    kept from the Network watch): a newer overlapping Network is refused, and it is not in
-//!    the backend;
+//! 2. **check for conflicts** with the older Networks of the namespace, or with Multus of the
+//!    cluster ([`conflicts`], an index kept from the Network watch): a newer overlapping
+//!    Network is refused, and it is not in the backend;
 //! 3. **ensure the backend** holds the network as the spec says;
 //! 4. **update the status** ([`status::desired`]) when it changed, with events on transitions.
 //!
@@ -172,9 +172,21 @@ pub struct Settings {
     pub policy: AddressPolicy,
     /// Whether (and how) the cluster's own addresses are refused too.
     pub cluster: cluster::Settings,
+    /// Let Networks of different namespaces overlap with the Multus backend, where the admin
+    /// says the nodes keep namespaces apart (Neutron's networks always are).
+    pub overlap_across_namespaces: bool,
 }
 
 impl Settings {
+    /// How far prefixes must not overlap: with Multus every node routes every Network it hosts,
+    /// so across the cluster unless the admin says otherwise.
+    fn conflict_scope(&self) -> conflicts::Scope {
+        match self.backend {
+            BackendConfig::Multus if !self.overlap_across_namespaces => conflicts::Scope::Cluster,
+            _ => conflicts::Scope::Namespace,
+        }
+    }
+
     fn selection(&self) -> watcher::Config {
         match &self.label_selector {
             Some(selector) => watcher::Config::default().labels(selector),
@@ -192,8 +204,13 @@ struct Primary {
     synced: crate::runtime::Synced,
 }
 
-fn primary(shared: &Shared, selection: watcher::Config, policy: AddressPolicy) -> Primary {
-    let conflicts = PrefixIndex::new(policy);
+fn primary(
+    shared: &Shared,
+    selection: watcher::Config,
+    policy: AddressPolicy,
+    scope: conflicts::Scope,
+) -> Primary {
+    let conflicts = PrefixIndex::new(policy, scope);
     // The Networks whose conflict decision a watch event may have changed: the index finds
     // them as it follows the stream, and the controller reconciles them.
     let (neighbours_tx, neighbours) = futures::channel::mpsc::unbounded();
@@ -223,7 +240,12 @@ fn primary(shared: &Shared, selection: watcher::Config, policy: AddressPolicy) -
 /// has no watch, so besides Network events every Network is reconciled after each periodic
 /// listing of Neutron (see [`neutron`](backend::neutron)).
 pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<Backend>> {
-    let primary = primary(shared, settings.selection(), settings.policy.clone());
+    let primary = primary(
+        shared,
+        settings.selection(),
+        settings.policy.clone(),
+        settings.conflict_scope(),
+    );
     let cluster = cluster::follow(shared, &settings.cluster);
     let (controller, backend) = match &settings.backend {
         BackendConfig::Multus => {

@@ -92,7 +92,7 @@ fn status_path(name: &str) -> String {
 
 /// A scene: the index holds `networks`, every status write of theirs is answered.
 fn scene(networks: &[Network]) -> (ApiServer, FakeBackend, NetworkReconciler<FakeBackend>) {
-    let conflicts = PrefixIndex::new(AddressPolicy::default());
+    let conflicts = PrefixIndex::new(AddressPolicy::default(), super::conflicts::Scope::Namespace);
     for network in networks {
         conflicts.apply(&Event::Apply(network.clone()));
     }

@@ -1,5 +1,6 @@
 //! The status a Network should show. Pure: computed from the Network and what reconcile found.
 
+use kube::ResourceExt;
 use sample_operator_api::{Addressing, Network, NetworkStatus};
 
 use super::backend::{BackendError, Ensured};
@@ -68,7 +69,7 @@ pub fn desired(network: &Network, observed: Observed<'_>) -> NetworkStatus {
             None,
             false,
             reason::CIDR_CONFLICT,
-            conflict_message(addressing, overlap),
+            conflict_message(network, addressing, overlap),
         ),
         Observed::Synced(addressing, ensured) => (
             Some(addressing),
@@ -108,10 +109,17 @@ pub fn desired(network: &Network, observed: Observed<'_>) -> NetworkStatus {
 }
 
 /// The message of a conflict, naming the Network that keeps the prefix.
-pub fn conflict_message(addressing: &Addressing, overlap: &Overlap) -> String {
+pub fn conflict_message(network: &Network, addressing: &Addressing, overlap: &Overlap) -> String {
+    if network.namespace().unwrap_or_default() == overlap.namespace {
+        return format!(
+            "{} overlaps {} of Network {:?}, which is older and keeps it",
+            addressing.prefix, overlap.prefix, overlap.name
+        );
+    }
+    // Another tenant's Network: neither its name nor its prefix is this tenant's to learn.
     format!(
-        "{} overlaps {} of Network {:?}, which is older and keeps it",
-        addressing.prefix, overlap.prefix, overlap.name
+        "{} overlaps an older Network of another namespace, which keeps it: the nodes route every namespace's Networks, so their prefixes may not overlap",
+        addressing.prefix
     )
 }
 
@@ -180,6 +188,7 @@ mod tests {
         let n = network("10.0.1.0/24", "10.0.1.1");
         let addressing = n.validate().unwrap();
         let overlap = Overlap {
+            namespace: n.namespace().unwrap_or_default(),
             name: "older".into(),
             prefix: IpPrefix::parse("10.0.0.0/16").unwrap(),
         };
@@ -190,6 +199,22 @@ mod tests {
             r#"10.0.1.0/24 overlaps 10.0.0.0/16 of Network "older", which is older and keeps it"#
         );
         assert_eq!(s.prefix.as_deref(), Some("10.0.1.0/24"));
+        // Another namespace's Network is neither named nor placed.
+        let theirs = Overlap {
+            namespace: "someone-else".into(),
+            ..overlap.clone()
+        };
+        let s = desired(&n, Observed::Conflict(&addressing, &theirs));
+        assert_eq!(ready(&s), ("False", reason::CIDR_CONFLICT));
+        let message = &s.conditions[0].message;
+        assert!(
+            message.starts_with("10.0.1.0/24 overlaps an older Network of another namespace"),
+            "{message}"
+        );
+        assert!(
+            !message.contains("older\"") && !message.contains("10.0.0.0/16"),
+            "{message}"
+        );
         assert_eq!(s.backend, None, "a refused network is not in the backend");
     }
 

@@ -167,6 +167,7 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                 "networkAddressPolicy.allowedPrefixes[0]=10.0.0.0/8",
                 "networkAddressPolicy.minPrefixLengthV4=20",
                 "networkAddressPolicy.minPrefixLengthV6=56",
+                "networkAddressPolicy.overlapAcrossNamespaces=true",
                 "workloadPolicy.enabled=false",
                 "podDisruptionBudget.enabled=false",
                 "resources.requests.cpu=100m",
@@ -718,6 +719,9 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
         }),
         ("networkAddressPolicy.clusterAddresses", |r| {
             r.address_policy.network_cluster_addresses.to_string()
+        }),
+        ("networkAddressPolicy.overlapAcrossNamespaces", |r| {
+            r.address_policy.network_overlap_across_namespaces.to_string()
         }),
         ("networkAddressPolicy.serviceCIDRs[0]", |r| {
             r.address_policy.network_service_cidrs[0].to_string()

@@ -571,8 +571,10 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
     }
 }
 
+/// Where the admin says nodes keep namespaces apart (`--network-overlap-across-namespaces`),
+/// each namespace has its own prefixes.
 #[tokio::test]
-async fn networks_in_different_namespaces_may_overlap() {
+async fn networks_in_different_namespaces_may_overlap_where_nodes_keep_them_apart() {
     let client = client_with_crds().await;
     install_nad_crd(&client).await;
     let tenant_a = TestNamespace::create(&client, "net-tenant-a").await;
@@ -582,6 +584,7 @@ async fn networks_in_different_namespaces_may_overlap() {
     const LABEL: &str = "sample-operator.dev/network-test";
     let mut config = config(None, &[ControllerName::Network]);
     config.network.label_selector = Some(format!("{LABEL}={}", tenant_a.name));
+    config.network.overlap_across_namespaces = true;
     let operator = Operator::start_as(config, testing::config().await).await;
     let labelled = |name: &str, cidr: &str, gateway: &str| {
         let mut n = network(name, cidr, gateway);
@@ -640,6 +643,60 @@ async fn networks_in_different_namespaces_may_overlap() {
     assert_ne!(pools[0].1, pools[1].1, "bridges: {pools:?}");
     wait_synced(&b, "shared", TIMEOUT).await;
 
+    operator.stop().await;
+}
+
+/// With the Multus backend and the defaults, a node that hosts Pods of two namespaces' Networks
+/// routes both, so their prefixes may not overlap: the newer is refused, told only that an older
+/// Network of another namespace keeps the prefix, and synced once that one is gone.
+#[tokio::test]
+async fn with_multus_networks_of_different_namespaces_may_not_overlap() {
+    let client = client_with_crds().await;
+    install_nad_crd(&client).await;
+    let tenant_a = TestNamespace::create(&client, "net-apart-a").await;
+    let tenant_b = TestNamespace::create(&client, "net-apart-b").await;
+    const LABEL: &str = "sample-operator.dev/network-test";
+    let mut config = config(None, &[ControllerName::Network]);
+    config.network.label_selector = Some(format!("{LABEL}={}", tenant_a.name));
+    let operator = Operator::start_as(config, testing::config().await).await;
+    let labelled = |name: &str, cidr: &str, gateway: &str| {
+        let mut n = network(name, cidr, gateway);
+        n.labels_mut().insert(LABEL.into(), tenant_a.name.clone());
+        n
+    };
+    // Created within one second, the two tie on age and the namespace decides: the older is
+    // in tenant a, whose name sorts first.
+    let (older, newer) = (tenant_a.api::<Network>(), tenant_b.api::<Network>());
+    older
+        .create(
+            &PostParams::default(),
+            &labelled("theirs", "10.51.0.0/16", "10.51.0.1"),
+        )
+        .await
+        .unwrap();
+    wait_synced(&older, "theirs", TIMEOUT).await;
+    newer
+        .create(
+            &PostParams::default(),
+            &labelled("mine", "10.51.7.0/24", "10.51.7.1"),
+        )
+        .await
+        .unwrap();
+    let refused = wait_refused(&newer, "mine", "CIDRConflict", TIMEOUT).await;
+    assert_eq!(
+        message(&refused),
+        "10.51.7.0/24 overlaps an older Network of another namespace, which keeps it: the nodes route every namespace's Networks, so their prefixes may not overlap"
+    );
+    assert!(
+        tenant_b
+            .api::<NetworkAttachmentDefinition>()
+            .get_opt("mine")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    older.delete("theirs", &DeleteParams::default()).await.unwrap();
+    wait_synced(&newer, "mine", RECOVERY).await;
     operator.stop().await;
 }
 
