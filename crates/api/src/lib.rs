@@ -118,3 +118,53 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod bounded {
+    use super::*;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
+
+    /// The paths under `schema` of strings without a maximum length, lists without a maximum
+    /// number of items, and maps without a maximum number of properties.
+    fn unbounded(schema: &JSONSchemaProps, path: &str, out: &mut Vec<String>) {
+        match schema.type_.as_deref() {
+            Some("string") if schema.max_length.is_none() && schema.enum_.is_none() => {
+                out.push(path.to_owned())
+            }
+            Some("array") if schema.max_items.is_none() => out.push(path.to_owned()),
+            Some("object") if schema.additional_properties.is_some() && schema.max_properties.is_none() => {
+                out.push(path.to_owned())
+            }
+            _ => {}
+        }
+        for (name, property) in schema.properties.iter().flatten() {
+            unbounded(property, &format!("{path}.{name}"), out);
+        }
+        if let Some(items) = &schema.items
+            && let k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schema(items) = items
+        {
+            unbounded(items, &format!("{path}[]"), out);
+        }
+    }
+
+    /// What a tenant writes into a spec is what the operator caches of each object (the watch
+    /// drops labels, annotations and managed fields): every field of it is bounded, so one
+    /// object's cost to the operator is too.
+    #[test]
+    fn every_field_a_tenant_writes_into_a_spec_is_bounded() {
+        for crd in crds().into_iter().chain(example_com_crds()) {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            for version in &crd.spec.versions {
+                let schema = version
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.open_api_v3_schema.as_ref())
+                    .unwrap();
+                let spec = &schema.properties.as_ref().unwrap()["spec"];
+                let mut found = Vec::new();
+                unbounded(spec, "spec", &mut found);
+                assert!(found.is_empty(), "{name}: unbounded {found:?}");
+            }
+        }
+    }
+}

@@ -200,6 +200,11 @@ pub struct AddressPolicyArgs {
     /// Neutron's networks are each their own, and may always overlap across namespaces.
     #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_OVERLAP_ACROSS_NAMESPACES")]
     pub network_overlap_across_namespaces: bool,
+    /// The most Networks of one namespace that the operator syncs to the backend (the oldest);
+    /// the others get Ready=False, reason NamespaceLimitReached. 0: no limit. With Neutron, so
+    /// that one namespace cannot take the project's quota from all.
+    #[arg(long, env = "SAMPLE_OPERATOR_NETWORK_MAX_PER_NAMESPACE", default_value_t = 0)]
+    pub network_max_per_namespace: usize,
 }
 
 impl AddressPolicyArgs {
@@ -279,6 +284,10 @@ pub struct NetworkBackendArgs {
     /// seconds (also after every Network change).
     #[arg(long, env = "SAMPLE_OPERATOR_NEUTRON_RESYNC_SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub neutron_resync_seconds: u64,
+    /// Neutron: create subnets with DHCP enabled (off: Neutron's DHCP agent would take an
+    /// address of each subnet and answer on it). Subnets created before keep theirs.
+    #[arg(long, env = "SAMPLE_OPERATOR_NEUTRON_DHCP")]
+    pub neutron_dhcp: bool,
 }
 
 impl NetworkBackendArgs {
@@ -319,6 +328,7 @@ impl NetworkBackendArgs {
             cluster_id,
             adopt_cluster_ids: self.adopt_cluster_id.clone(),
             resync: Duration::from_secs(self.neutron_resync_seconds),
+            dhcp: self.neutron_dhcp,
         }))
     }
 }
@@ -511,6 +521,8 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     run.network.policy = args.address_policy.policy();
     run.network.cluster = args.address_policy.cluster();
     run.network.overlap_across_namespaces = args.address_policy.network_overlap_across_namespaces;
+    run.network.max_per_namespace = (args.address_policy.network_max_per_namespace > 0)
+        .then_some(args.address_policy.network_max_per_namespace);
     run.foo = args.foo_workload.settings();
     let access = match metrics_tls {
         Some(tls) => MetricsAccess::Secure {

@@ -141,6 +141,8 @@ struct Holders {
 #[derive(Default)]
 struct State {
     namespaces: HashMap<String, BTreeMap<Key, Holders>>,
+    /// Every claimant of each namespace, oldest first: who is within the namespace's limit.
+    ages: HashMap<String, BTreeSet<Claimant>>,
     /// What each Network claims, to move or drop its claim.
     claims: HashMap<ObjectRef<Network>, Claim>,
 }
@@ -156,6 +158,10 @@ impl State {
                 claimants: BTreeSet::new(),
             })
             .claimants
+            .insert(claim.claimant.clone());
+        self.ages
+            .entry(claim.claimant.namespace.clone())
+            .or_default()
             .insert(claim.claimant.clone());
         self.claims.insert(obj_ref, claim);
     }
@@ -174,7 +180,29 @@ impl State {
                 self.namespaces.remove(&claim.bucket);
             }
         }
+        if let Some(ages) = self.ages.get_mut(&claim.claimant.namespace) {
+            ages.remove(&claim.claimant);
+            if ages.is_empty() {
+                self.ages.remove(&claim.claimant.namespace);
+            }
+        }
         Some(claim)
+    }
+
+    /// The Networks whose place within their namespace's `limit` a change of `claim` may have
+    /// altered: the last one within the limit (who moved in when an older one left) and the
+    /// first one beyond it (who moved out when an older one came), when newer than `claim`.
+    fn at_the_limit(&self, claim: &Claim, limit: Option<usize>) -> Vec<ObjectRef<Network>> {
+        let (Some(limit), Some(ages)) = (limit, self.ages.get(&claim.claimant.namespace)) else {
+            return Vec::new();
+        };
+        let edge = ages
+            .iter()
+            .skip(limit.saturating_sub(1))
+            .take(if limit == 0 { 1 } else { 2 });
+        edge.filter(|claimant| **claimant > claim.claimant)
+            .map(Claim::object_ref)
+            .collect()
     }
 
     /// Every claim in `bucket` whose prefix overlaps `prefix`.
@@ -215,6 +243,8 @@ pub struct PrefixIndex {
     /// Which prefixes may be claimed at all.
     policy: Arc<AddressPolicy>,
     scope: Scope,
+    /// The most Networks a namespace may have in the backend; none when `None`.
+    limit: Option<usize>,
     live: Arc<RwLock<State>>,
     /// The state being rebuilt during a re-list, and whether a first list completed.
     building: Arc<Mutex<(Option<State>, bool)>>,
@@ -228,6 +258,24 @@ impl PrefixIndex {
             scope,
             ..Self::default()
         }
+    }
+
+    /// With at most `limit` Networks a namespace (the oldest that claim a prefix).
+    pub fn with_limit(self, limit: Option<usize>) -> Self {
+        Self { limit, ..self }
+    }
+
+    /// Whether `network` is beyond its namespace's limit: as many older Networks of its
+    /// namespace as the limit allows claim a prefix already.
+    pub fn beyond_limit(&self, network: &Network) -> Option<usize> {
+        let limit = self.limit?;
+        let me = Claimant::of(network);
+        let state = self.live.read().unwrap_or_else(|e| e.into_inner());
+        let older = state
+            .ages
+            .get(&me.namespace)
+            .map_or(0, |ages| ages.range(..&me).count());
+        (older >= limit).then_some(limit)
     }
 
     /// Follows one watcher event (call it for every event of the stream, in order) and returns
@@ -249,7 +297,11 @@ impl PrefixIndex {
                 let affected: HashSet<_> = old
                     .iter()
                     .chain(new.iter())
-                    .flat_map(|claim| state.newer_overlapping(claim))
+                    .flat_map(|claim| {
+                        let mut affected = state.newer_overlapping(claim);
+                        affected.extend(state.at_the_limit(claim, self.limit));
+                        affected
+                    })
                     .filter(|r| *r != obj_ref)
                     .collect();
                 affected.into_iter().collect()
@@ -257,7 +309,11 @@ impl PrefixIndex {
             Event::Delete(network) => {
                 let mut state = self.live.write().unwrap_or_else(|e| e.into_inner());
                 match state.remove(&ObjectRef::from_obj(network)) {
-                    Some(old) => state.newer_overlapping(&old),
+                    Some(old) => {
+                        let mut affected = state.newer_overlapping(&old);
+                        affected.extend(state.at_the_limit(&old, self.limit));
+                        affected
+                    }
                     None => Vec::new(),
                 }
             }
@@ -297,6 +353,11 @@ impl PrefixIndex {
                     }
                     for claim in old.into_iter().chain(new) {
                         affected.extend(live.newer_overlapping(claim).into_iter().filter(|r| r != obj_ref));
+                        affected.extend(
+                            live.at_the_limit(claim, self.limit)
+                                .into_iter()
+                                .filter(|r| r != obj_ref),
+                        );
                     }
                 }
                 affected.into_iter().collect()

@@ -175,6 +175,9 @@ pub struct Settings {
     /// Let Networks of different namespaces overlap with the Multus backend, where the admin
     /// says the nodes keep namespaces apart (Neutron's networks always are).
     pub overlap_across_namespaces: bool,
+    /// The most Networks of one namespace in the backend (the oldest); any number when `None`.
+    /// One namespace cannot then take a shared backend quota (a Neutron project's) from all.
+    pub max_per_namespace: Option<usize>,
 }
 
 impl Settings {
@@ -204,13 +207,10 @@ struct Primary {
     synced: crate::runtime::Synced,
 }
 
-fn primary(
-    shared: &Shared,
-    selection: watcher::Config,
-    policy: AddressPolicy,
-    scope: conflicts::Scope,
-) -> Primary {
-    let conflicts = PrefixIndex::new(policy, scope);
+fn primary(shared: &Shared, settings: &Settings) -> Primary {
+    let conflicts = PrefixIndex::new(settings.policy.clone(), settings.conflict_scope())
+        .with_limit(settings.max_per_namespace);
+    let selection = settings.selection();
     // The Networks whose conflict decision a watch event may have changed: the index finds
     // them as it follows the stream, and the controller reconciles them.
     let (neighbours_tx, neighbours) = futures::channel::mpsc::unbounded();
@@ -240,12 +240,7 @@ fn primary(
 /// has no watch, so besides Network events every Network is reconciled after each periodic
 /// listing of Neutron (see [`neutron`](backend::neutron)).
 pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<Backend>> {
-    let primary = primary(
-        shared,
-        settings.selection(),
-        settings.policy.clone(),
-        settings.conflict_scope(),
-    );
+    let primary = primary(shared, settings);
     let cluster = cluster::follow(shared, &settings.cluster);
     let (controller, backend) = match &settings.backend {
         BackendConfig::Multus => {
@@ -357,6 +352,13 @@ impl<B: NetworkBackend> NetworkReconciler<B> {
             self.release(network).await?;
             update_status(network, ctx, Observed::Conflict(&addressing, &overlap)).await?;
             // No retry: a change of the other Network reaches this one through the index.
+            return Ok(Action::await_change());
+        }
+
+        if let Some(limit) = self.conflicts.beyond_limit(network) {
+            self.release(network).await?;
+            update_status(network, ctx, Observed::OverLimit(&addressing, limit)).await?;
+            // No retry either: the deletion of an older Network of the namespace reaches it.
             return Ok(Action::await_change());
         }
 

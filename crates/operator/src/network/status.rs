@@ -23,6 +23,8 @@ pub mod reason {
     /// The address policy refuses the prefix (a reserved range, or wider or elsewhere than the
     /// cluster admin allows).
     pub const PREFIX_NOT_ALLOWED: &str = "PrefixNotAllowed";
+    /// The namespace has as many older Networks as the operator syncs for one namespace.
+    pub const NAMESPACE_LIMIT_REACHED: &str = "NamespaceLimitReached";
     /// The backend is not there (for Multus: its CRD is not installed; for Neutron: Keystone
     /// or neutron-server cannot be reached).
     pub const BACKEND_UNAVAILABLE: &str = "BackendUnavailable";
@@ -39,6 +41,8 @@ pub enum Observed<'a> {
     NotAllowed(&'a str),
     /// The prefix overlaps that of an older Network, which keeps it.
     Conflict(&'a Addressing, &'a Overlap),
+    /// The namespace has this many older Networks, its limit.
+    OverLimit(&'a Addressing, usize),
     /// The backend holds the network.
     Synced(&'a Addressing, &'a Ensured),
     /// The backend failed.
@@ -53,7 +57,12 @@ pub fn released(network: &Network) -> bool {
         status.backend.is_none()
             && matches!(
                 crate::runtime::status::ready_reason(&status.conditions),
-                Some(reason::INVALID_SPEC | reason::PREFIX_NOT_ALLOWED | reason::CIDR_CONFLICT)
+                Some(
+                    reason::INVALID_SPEC
+                        | reason::PREFIX_NOT_ALLOWED
+                        | reason::CIDR_CONFLICT
+                        | reason::NAMESPACE_LIMIT_REACHED
+                )
             )
     })
 }
@@ -70,6 +79,15 @@ pub fn desired(network: &Network, observed: Observed<'_>) -> NetworkStatus {
             false,
             reason::CIDR_CONFLICT,
             conflict_message(network, addressing, overlap),
+        ),
+        Observed::OverLimit(addressing, limit) => (
+            Some(addressing),
+            None,
+            false,
+            reason::NAMESPACE_LIMIT_REACHED,
+            format!(
+                "the namespace has {limit} older Networks, the most the operator syncs for one namespace: delete one, or ask the cluster admin for more (--network-max-per-namespace)"
+            ),
         ),
         Observed::Synced(addressing, ensured) => (
             Some(addressing),

@@ -1,5 +1,7 @@
 //! The CRDs generated from the Rust types, as the apiserver sees them.
 
+use std::time::Duration;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
@@ -254,5 +256,65 @@ async fn kubectl_lists_each_resource_with_its_printer_columns() {
     assert!(
         wide.lines().next().unwrap_or_default().contains("REASON"),
         "{wide}"
+    );
+}
+
+/// The ResourceQuota of docs/operating.md caps each kind it names: applied to a namespace, it
+/// lets in as many Networks as it says, and refuses one more with the quota's message.
+#[tokio::test]
+async fn the_documented_resource_quota_caps_a_tenants_objects() {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let page = include_str!("../../../../docs/operating.md");
+    let yaml = page
+        .split_once("<!-- resource-quota:")
+        .and_then(|(_, rest)| rest.split_once("```yaml\n"))
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(yaml, _)| yaml)
+        .expect("the quota's YAML block in docs/operating.md");
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "quota").await;
+    testing::create_manifest(&client, &ns.name, yaml).await.unwrap();
+    let quotas: Api<ResourceQuota> = ns.api();
+    let quota = quotas.get("sample-operator-objects").await.unwrap();
+    let hard = quota.spec.as_ref().and_then(|s| s.hard.clone()).unwrap();
+    for kind in [
+        "count/foos.samplecontroller.k8s.io",
+        "count/networks.samplecrd.k8s.io",
+        "count/mycustomresources.poc.test.domain",
+    ] {
+        assert!(hard.contains_key(kind), "{kind} is not capped: {hard:?}");
+    }
+    let allowed: u32 = hard["count/networks.samplecrd.k8s.io"].0.parse().unwrap();
+    // The quota admits only once the controller-manager has counted what is there.
+    testing::wait_for(
+        &quotas,
+        "sample-operator-objects",
+        "counted",
+        Duration::from_secs(60),
+        |q| q.status.as_ref().and_then(|s| s.used.as_ref()).is_some(),
+    )
+    .await
+    .unwrap();
+    let networks: Api<Network> = ns.api();
+    let create = |i: u32| {
+        let network = crate::support::network(
+            &format!("n{i}"),
+            &format!("10.210.{i}.0/24"),
+            &format!("10.210.{i}.1"),
+        );
+        let networks = networks.clone();
+        async move { networks.create(&PostParams::default(), &network).await }
+    };
+    for i in 0..allowed {
+        create(i)
+            .await
+            .unwrap_or_else(|e| panic!("network {i} of {allowed}: {e}"));
+    }
+    let refused = create(allowed).await.expect_err("one Network over the quota");
+    assert!(
+        refused
+            .to_string()
+            .contains("exceeded quota: sample-operator-objects"),
+        "{refused}"
     );
 }

@@ -57,6 +57,8 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                 "neutron.region=RegionTwo",
                 "neutron.interface=internal",
                 "neutron.resyncSeconds=600",
+                "neutron.maxNetworksPerNamespace=20",
+                "neutron.dhcp=true",
                 "networkPolicy.enabled=true",
                 "networkPolicy.apiServer[0].cidr=10.0.0.1/32",
                 "networkPolicy.apiServer[0].port=6443",
@@ -741,6 +743,10 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
         ("neutron.adoptClusterIds[0]", |r| {
             r.network_backend.adopt_cluster_id[0].clone()
         }),
+        ("neutron.maxNetworksPerNamespace", |r| {
+            r.address_policy.network_max_per_namespace.to_string()
+        }),
+        ("neutron.dhcp", |r| r.network_backend.neutron_dhcp.to_string()),
         ("neutron.resyncSeconds", |r| {
             r.network_backend.neutron_resync_seconds.to_string()
         }),

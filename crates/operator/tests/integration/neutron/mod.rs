@@ -64,12 +64,17 @@ impl NeutronOperator {
     }
 
     async fn start_with(namespace: &str, neutron: NeutronConfig) -> Self {
+        let mut config = config(Some(namespace), &[ControllerName::Network]);
+        config.network.backend = BackendConfig::Neutron(neutron);
+        Self::run(config).await
+    }
+
+    /// Runs `config`, as the operator's ServiceAccount.
+    async fn run(config: sample_operator::RunConfig) -> Self {
         let telemetry = Telemetry::new(RequestCounter::default());
         let client = RequestCounter::default()
             .client(operator_config(&testing::client().await).await)
             .expect("operator client");
-        let mut config = config(Some(namespace), &[ControllerName::Network]);
-        config.network.backend = BackendConfig::Neutron(neutron);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(sample_operator::run_with(
             client,
@@ -128,6 +133,7 @@ fn settings(source: CloudSource, cluster_id: &str) -> NeutronConfig {
         cluster_id: cluster_id.to_owned(),
         adopt_cluster_ids: Vec::new(),
         resync: RESYNC,
+        dhcp: false,
     }
 }
 

@@ -454,3 +454,86 @@ async fn a_concurrent_edit_refuses_the_conditional_update_which_reads_again_and_
     );
     finish(&api, operator, ns).await;
 }
+
+/// A namespace at its limit (`--network-max-per-namespace`) cannot take the project's quota
+/// from the others: its newest Network is told so and holds nothing in Neutron, another
+/// namespace still gets its Network, and the deletion of an older one lets the newest in. And
+/// subnets come without DHCP.
+#[tokio::test]
+async fn a_namespace_at_its_limit_is_told_so_and_another_namespace_still_gets_its_network() {
+    let Scene(client, bed, admin, ns, api) = Scene::new("neutron-limit").await;
+    let other = TestNamespace::create(&client, "neutron-limit-b").await;
+    // One operator across both namespaces, on this test's Networks (by label).
+    const LABEL: &str = "sample-operator.dev/network-test";
+    let mut run = config(None, &[ControllerName::Network]);
+    run.network.label_selector = Some(format!("{LABEL}={}", ns.name));
+    run.network.max_per_namespace = Some(1);
+    run.network.backend = BackendConfig::Neutron(settings(source(bed.clouds_yaml(), CLOUD), &ns.name));
+    let operator = NeutronOperator::run(run).await;
+    let labelled = |name: &str, cidr: &str, gateway: &str| {
+        let mut n = network(name, cidr, gateway);
+        n.labels_mut().insert(LABEL.into(), ns.name.clone());
+        n
+    };
+
+    api.create(
+        &PostParams::default(),
+        &labelled("first", "10.64.0.0/24", "10.64.0.1"),
+    )
+    .await
+    .unwrap();
+    let first = wait_reason(&api, "first", "Synced").await;
+    api.create(
+        &PostParams::default(),
+        &labelled("second", "10.64.1.0/24", "10.64.1.1"),
+    )
+    .await
+    .unwrap();
+    let second = wait_reason(&api, "second", "NamespaceLimitReached").await;
+    let message = &crate::support::ready_condition(&second).unwrap().message;
+    assert!(
+        message
+            .starts_with("the namespace has 1 older Networks, the most the operator syncs for one namespace"),
+        "{message}"
+    );
+    assert_eq!(
+        in_neutron(&admin, &ns.name, &second).await.0.len(),
+        0,
+        "nothing in Neutron"
+    );
+    let theirs_api: Api<Network> = other.api();
+    theirs_api
+        .create(
+            &PostParams::default(),
+            &labelled("theirs", "10.64.2.0/24", "10.64.2.1"),
+        )
+        .await
+        .unwrap();
+    wait_reason(&theirs_api, "theirs", "Synced").await;
+
+    // Without DHCP: Neutron's DHCP agent takes no address of the subnet.
+    let subnet_id = first
+        .status
+        .as_ref()
+        .unwrap()
+        .backend
+        .as_ref()
+        .unwrap()
+        .subnet_id
+        .clone()
+        .unwrap();
+    let subnet = openstack(&bed, &["subnet", "show", &subnet_id, "-f", "json"]).await;
+    assert_eq!(subnet["enable_dhcp"], false, "{subnet}");
+
+    api.delete("first", &DeleteParams::default()).await.unwrap();
+    wait_reason(&api, "second", "Synced").await;
+
+    theirs_api
+        .delete("theirs", &DeleteParams::default())
+        .await
+        .unwrap();
+    testing::wait_for_deletion(&theirs_api, "theirs", TIMEOUT)
+        .await
+        .unwrap();
+    finish(&api, operator, ns).await;
+}

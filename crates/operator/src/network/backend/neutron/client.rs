@@ -471,6 +471,7 @@ impl Session {
         &self,
         network_id: &str,
         desired: &Desired,
+        dhcp: bool,
     ) -> Result<NeutronSubnet, BackendError> {
         let request = subnet::create::Request::builder()
             .header(http::header::USER_AGENT, self.agent.clone())
@@ -482,6 +483,7 @@ impl Session {
                     .ip_version(i32::from(desired.ip_version()))
                     .cidr(Some(desired.prefix.to_string().into()))
                     .gateway_ip(Some(desired.gateway.to_string().into()))
+                    .enable_dhcp(dhcp)
                     .build()
                     .map_err(|e| BackendError::Failed(e.to_string()))?,
             )

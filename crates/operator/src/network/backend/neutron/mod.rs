@@ -48,6 +48,9 @@ pub struct NeutronConfig {
     pub adopt_cluster_ids: Vec<String>,
     /// How often Neutron is listed and compared with every Network.
     pub resync: Duration,
+    /// Create subnets with DHCP (`--neutron-dhcp`). Off by default: a Network describes
+    /// addresses, and Neutron's DHCP agent would take one of each and serve the subnet from it.
+    pub dhcp: bool,
 }
 
 /// The backend; cheap to share between reconciles.
@@ -55,6 +58,7 @@ pub struct Neutron {
     session: Arc<Session>,
     cluster_id: String,
     adopt_cluster_ids: Vec<String>,
+    dhcp: bool,
     observations: Arc<Observations>,
     _listing: ListingTask,
 }
@@ -131,6 +135,7 @@ impl Neutron {
             session,
             cluster_id: config.cluster_id,
             adopt_cluster_ids: config.adopt_cluster_ids,
+            dhcp: config.dhcp,
             observations,
             _listing: ListingTask(listing),
         };
@@ -390,7 +395,7 @@ impl Neutron {
 
     /// Creates the subnet and tags it; returns its id.
     async fn create_subnet(&self, network_id: &str, desired: &Desired) -> Result<String, BackendError> {
-        let created = self.session.create_subnet(network_id, desired).await?;
+        let created = self.session.create_subnet(network_id, desired, self.dhcp).await?;
         self.retag(Tagged::Subnet, &created.id, &desired.owner.retag(&created.tags))
             .await?;
         Ok(created.id)
