@@ -189,19 +189,23 @@ impl State {
         Some(claim)
     }
 
-    /// The Networks whose place within their namespace's `limit` a change of `claim` may have
-    /// altered: the last one within the limit (who moved in when an older one left) and the
-    /// first one beyond it (who moved out when an older one came), when newer than `claim`.
+    /// The Network whose place within its namespace's `limit` a change of `claim` may have
+    /// altered: the first one beyond the limit, who moved out when `claim` came, or the last one
+    /// within it, who moved in when `claim` left; when newer than `claim`.
     fn at_the_limit(&self, claim: &Claim, limit: Option<usize>) -> Vec<ObjectRef<Network>> {
         let (Some(limit), Some(ages)) = (limit, self.ages.get(&claim.claimant.namespace)) else {
             return Vec::new();
         };
-        let edge = ages
-            .iter()
-            .skip(limit.saturating_sub(1))
-            .take(if limit == 0 { 1 } else { 2 });
+        // Present, it came: the one now first beyond the limit was within it. Gone, the one
+        // now last within the limit was beyond it.
+        let edge = if ages.contains(&claim.claimant) {
+            ages.iter().nth(limit)
+        } else {
+            limit.checked_sub(1).and_then(|last| ages.iter().nth(last))
+        };
         edge.filter(|claimant| **claimant > claim.claimant)
             .map(Claim::object_ref)
+            .into_iter()
             .collect()
     }
 
@@ -481,6 +485,34 @@ mod tests {
         index.apply(&Event::Apply(everything));
         index.apply(&Event::Apply(allowed.clone()));
         assert_eq!(winner(&index, &allowed), None, "a refused Network blocks nobody");
+    }
+
+    #[test]
+    fn a_namespace_keeps_its_oldest_networks_within_its_limit() {
+        let index = permissive().with_limit(Some(2));
+        let (first, second, third) = (
+            net("a", "first", "10.1.0.0/16", 1),
+            net("a", "second", "10.2.0.0/16", 2),
+            net("a", "third", "10.3.0.0/16", 3),
+        );
+        let elsewhere = net("b", "elsewhere", "10.4.0.0/16", 4);
+        for n in [&first, &second, &elsewhere] {
+            assert!(index.apply(&Event::Apply(n.clone())).is_empty());
+        }
+        // The third of namespace a is beyond; b's first is not, whatever a has.
+        assert_eq!(names(index.apply(&Event::Apply(third.clone()))), Vec::<String>::new());
+        assert_eq!(index.beyond_limit(&third), Some(2));
+        assert_eq!(index.beyond_limit(&second), None);
+        assert_eq!(index.beyond_limit(&elsewhere), None);
+        // An older one goes: the third moves in, and is reconciled.
+        assert_eq!(names(index.apply(&Event::Delete(first))), ["third"]);
+        assert_eq!(index.beyond_limit(&third), None);
+        // One older than all comes back (a re-list): the third moves out again.
+        let earliest = net("a", "earliest", "10.5.0.0/16", 0);
+        assert_eq!(names(index.apply(&Event::Apply(earliest))), ["third"]);
+        assert_eq!(index.beyond_limit(&third), Some(2));
+        // Without a limit nobody is beyond it.
+        assert_eq!(permissive().beyond_limit(&third), None);
     }
 
     #[test]
