@@ -500,7 +500,10 @@ mod tests {
             assert!(index.apply(&Event::Apply(n.clone())).is_empty());
         }
         // The third of namespace a is beyond; b's first is not, whatever a has.
-        assert_eq!(names(index.apply(&Event::Apply(third.clone()))), Vec::<String>::new());
+        assert_eq!(
+            names(index.apply(&Event::Apply(third.clone()))),
+            Vec::<String>::new()
+        );
         assert_eq!(index.beyond_limit(&third), Some(2));
         assert_eq!(index.beyond_limit(&second), None);
         assert_eq!(index.beyond_limit(&elsewhere), None);

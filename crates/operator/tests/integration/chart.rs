@@ -189,7 +189,7 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
             ]),
         ),
         (
-            "one namespace, example.com, Neutron, no election, own spread",
+            "one namespace, example.com, Neutron, no election, own spread, no NetworkPolicy",
             [
                 sets(&[
                     "rbac.clusterWide=false",
@@ -197,6 +197,7 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                     "exampleCom.enabled=true",
                     "networkBackend=neutron",
                     "neutron.clusterId=east-1",
+                    "networkPolicy.enabled=false",
                     "leaderElection.enabled=false",
                     "replicaCount=1",
                     "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
@@ -429,7 +430,6 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
             "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true",
             "choose one",
         ),
-        ("networkPolicy.enabled=true", "needs networkPolicy.apiServer"),
         (
             "metrics.prometheusRule.enabled=true",
             "needs metrics.prometheusRule.selector",
@@ -453,6 +453,10 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
         (
             "rbac.clusterWide=false,watchNamespace=a,networkBackend=neutron",
             "needs neutron.clusterId",
+        ),
+        (
+            "networkBackend=neutron",
+            "networkPolicy.enabled with networkBackend=neutron needs networkPolicy.openstack",
         ),
         (
             "networkAddressPolicy.allowedPrefixes[0]=10.0.0.0/8,networkAddressPolicy.anyPrefix=true",
@@ -584,14 +588,41 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
                 "{name}"
             );
         }
-        if has("networkPolicy.enabled=true") {
-            let policy = find(&objects, "NetworkPolicy").expect("a NetworkPolicy");
+        if !has("networkPolicy.enabled=false") {
+            let policy = find(&objects, "NetworkPolicy").expect("a NetworkPolicy, by default");
             let egress = policy["spec"]["egress"].as_array().unwrap();
-            // The API server, Keystone, Neutron, DNS: nothing else.
-            assert_eq!(egress.len(), 4, "{name}: {egress:?}");
-            assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], "metrics");
-            // The kubelet's probes, from the node.
-            assert_eq!(policy["spec"]["ingress"][1]["ports"][0]["port"], "probes");
+            let ingress = policy["spec"]["ingress"].as_array().unwrap();
+            // The probes: never named, so only the Pod's own node (the kubelet) reaches them.
+            assert!(
+                !policy["spec"]["ingress"].to_string().contains("probes"),
+                "{name}"
+            );
+            if has("networkPolicy.enabled=true") {
+                // The API server, Keystone, Neutron, DNS: nothing else; metrics from the
+                // monitoring namespace only.
+                assert_eq!(egress.len(), 4, "{name}: {egress:?}");
+                assert_eq!(ingress.len(), 1, "{name}");
+                assert_eq!(ingress[0]["ports"][0]["port"], "metrics");
+                assert_eq!(
+                    ingress[0]["from"][0]["namespaceSelector"]["matchLabels"]["name"],
+                    "monitoring"
+                );
+            } else {
+                // Unknown to helm template: the API server's ports, to any address.
+                assert_eq!(egress.len(), 1, "{name}: {egress:?}");
+                assert_eq!(egress[0]["ports"][0]["port"], 443, "{name}");
+                assert!(egress[0].get("to").is_none(), "{name}");
+                // /metrics from the readers' namespaces, or from nobody without readers.
+                let readers = has("metrics.readers[0].namespace=monitoring");
+                assert_eq!(ingress.len(), usize::from(readers), "{name}: {ingress:?}");
+                if readers {
+                    assert_eq!(
+                        ingress[0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+                        "monitoring",
+                        "{name}"
+                    );
+                }
+            }
         } else {
             assert!(!kinds.contains(&"NetworkPolicy"), "{name}");
         }
@@ -1253,9 +1284,8 @@ async fn kube_score_finds_nothing_but_the_explained_exceptions() {
                 _ => &mut command,
             };
         }
-        // The NetworkPolicy needs the cluster's API server endpoints, so it is off by default;
-        // where it is on, kube-score checks it covers the Pods.
-        if !sets.iter().any(|s| s == "networkPolicy.enabled=true") {
+        // Where the NetworkPolicy is on (by default), kube-score checks it covers the Pods.
+        if sets.iter().any(|s| s == "networkPolicy.enabled=false") {
             command.arg("--ignore-test=pod-networkpolicy");
         }
         // One replica is a choice the combination makes (no standby), not a default.

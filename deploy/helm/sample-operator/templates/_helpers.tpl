@@ -53,9 +53,6 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "leaderElection.leaseGraceSeconds must be less than leaderElection.leaseDurationSeconds: the holder renews that long before the Lease expires" }}
 {{- end }}
 {{- end }}
-{{- if and .Values.networkPolicy.enabled (not .Values.networkPolicy.apiServer) }}
-{{- fail "networkPolicy.enabled needs networkPolicy.apiServer: the API server's endpoints, as {cidr, port}" }}
-{{- end }}
 {{- if and .Values.networkPolicy.enabled (eq .Values.networkBackend "neutron") (not .Values.networkPolicy.openstack) }}
 {{- fail "networkPolicy.enabled with networkBackend=neutron needs networkPolicy.openstack: Keystone's and Neutron's endpoints, as {cidr, port}" }}
 {{- end }}
