@@ -95,6 +95,10 @@ impl RealNode {
             "cniDir": cni.join("multus"),
             "logFile": self.logs_dir().join("multus.log"),
             "logLevel": "verbose",
+            // A Pod may name only its own namespace's attachment definitions: without it, a
+            // tenant's Pod could join another tenant's Network (`other/network`), its bridge
+            // and its address pool. A prerequisite of the operator's Multus backend.
+            "namespaceIsolation": true,
         });
         write(
             &cni.join("net.d/00-multus.conf"),

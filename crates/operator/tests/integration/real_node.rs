@@ -494,6 +494,39 @@ async fn a_pod_on_the_real_node_gets_an_interface_on_its_network() {
     let other_address = net1_address(&other_ns.name, "other").await;
     assert!(other_address.starts_with(&format!("{third}.")), "{other_address}");
     assert_eq!(net1_address(&ns.name, "first").await, address);
+    // A Pod of the other namespace that names the first namespace's Network is not attached to
+    // it (Multus' namespaceIsolation): it never starts, and says why.
+    let intruder = format!("{}/lab", ns.name);
+    other_pods
+        .create(&PostParams::default(), &attached_pod("intruder", &intruder))
+        .await
+        .unwrap();
+    let refusal = testing::eventually("the intruder's sandbox refused", TIMEOUT, async || {
+        let events = testing::kubectl(&[
+            "get",
+            "events",
+            "-n",
+            &other_ns.name,
+            "--field-selector",
+            "involvedObject.name=intruder,reason=FailedCreatePodSandBox",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ])
+        .await;
+        events.contains("namespace isolation").then_some(events)
+    })
+    .await;
+    assert!(
+        refusal.contains(&format!("refers to target namespace {}", ns.name)),
+        "{refusal}"
+    );
+    let intruding: Pod = other_pods.get("intruder").await.unwrap();
+    assert_ne!(
+        intruding.status.and_then(|s| s.phase).as_deref(),
+        Some("Running"),
+        "a Pod joined another namespace's Network"
+    );
+    delete_promptly(&other_pods, "intruder").await;
     delete_promptly(&other_pods, "other").await;
     other_operator.stop().await;
     drop(other_ns);
