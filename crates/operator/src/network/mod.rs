@@ -123,7 +123,8 @@ impl ReconcileError for Error {
                 | BackendError::Forbidden(_)
                 | BackendError::Misconfigured(_)
                 | BackendError::QuotaExceeded(_)
-                | BackendError::Conflict(_),
+                | BackendError::Conflict(_)
+                | BackendError::BridgeTaken(_),
             ) => Duration::from_secs(30),
             _ => Duration::MAX,
         }
@@ -246,12 +247,17 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<
         BackendConfig::Multus => {
             // While the CRD is missing this watch fails and retries with backoff; the
             // controller goes on, and its Networks say why they are not synced.
+            // Which Network holds each bridge name, followed from the same watch.
+            let bridges = multus::Bridges::default();
             let definitions = shared.watch_cache(
                 shared.api::<NetworkAttachmentDefinition>(),
                 "network-attachment-definitions",
                 watcher::Config::default().labels(&multus::selector()),
                 multus::trim,
-                crate::runtime::watch::no_index,
+                {
+                    let bridges = bridges.clone();
+                    move |event| bridges.apply(event)
+                },
             );
             tokio::spawn(multus::warn_if_missing(
                 shared.api::<NetworkAttachmentDefinition>(),
@@ -264,7 +270,12 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<
                 "foreign-network-attachment-definitions",
                 watcher::Config::default().labels(&multus::foreign_selector()),
             );
-            let backend = Multus::new(shared.client.clone(), definitions.store, definitions.synced);
+            let backend = Multus::new(
+                shared.client.clone(),
+                definitions.store,
+                definitions.synced,
+                bridges,
+            );
             (
                 primary
                     .controller

@@ -1224,3 +1224,57 @@ async fn networks_around_the_clusters_own_addresses_are_refused_by_the_operator_
         .await
         .unwrap();
 }
+
+/// Two Networks never share a bridge on the nodes: a bridge name is 48 bits of a hash, so the
+/// operator refuses a Network whose bridge name is already another Network's. No two real
+/// Networks collide, so a definition of the operator's (by its label) made by hand, owned by
+/// an older Network, holds the name the newer one would get.
+#[tokio::test]
+async fn a_network_whose_bridge_name_is_taken_is_refused() {
+    let Scene { client, ns } = Scene::new("net-bridge").await;
+    let networks = ns.api::<Network>();
+    let post = PostParams::default();
+    let older = networks
+        .create(&post, &network("older", "10.65.0.0/24", "10.65.0.1"))
+        .await
+        .unwrap();
+    let newer = networks
+        .create(&post, &network("newer", "10.65.1.0/24", "10.65.1.1"))
+        .await
+        .unwrap();
+    // Before the operator runs: the newer one's bridge name, held by the older one.
+    let bridge = multus::bridge_name(&newer.uid().unwrap(), &newer.validate().unwrap());
+    let holder = json!({
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {
+            "name": "older-by-hand",
+            "labels": { multus::MANAGED_BY_LABEL: multus::MANAGED_BY },
+            "ownerReferences": [{
+                "apiVersion": "samplecrd.k8s.io/v1", "kind": "Network", "name": "older",
+                "uid": older.uid().unwrap(), "controller": true,
+            }],
+        },
+        "spec": { "config": json!({ "cniVersion": "1.0.0", "type": "bridge", "bridge": bridge }).to_string() },
+    });
+    testing::create_manifest(&client, &ns.name, &serde_yaml::to_string(&holder).unwrap())
+        .await
+        .unwrap();
+
+    let operator = Operator::start(&ns.name, &[ControllerName::Network]).await;
+    wait_synced(&networks, "older", TIMEOUT).await;
+    let refused = wait_refused(&networks, "newer", "BridgeTaken", TIMEOUT).await;
+    assert!(
+        message(&refused).starts_with("the name of this Network's bridge on the nodes is another Network's"),
+        "{}",
+        message(&refused)
+    );
+    let nads = ns.api::<NetworkAttachmentDefinition>();
+    assert!(nads.get_opt("newer").await.unwrap().is_none());
+    // The holder goes: the name is free, and the newer Network is synced at its next retry.
+    nads.delete("older-by-hand", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_synced(&networks, "newer", Duration::from_secs(45)).await;
+    operator.stop().await;
+}

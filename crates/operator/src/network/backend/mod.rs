@@ -79,7 +79,13 @@ impl Backend {
     /// reference first.
     fn for_tenants(&self, error: BackendError, network: &Network) -> BackendError {
         let backend = match self {
-            Backend::Multus(_) if !matches!(error, BackendError::Request { .. }) => return error,
+            // Multus' own messages name only the Network's namespace, but for the requests'
+            // error chains and the Network that holds a bridge, which may be another tenant's.
+            Backend::Multus(_)
+                if !matches!(error, BackendError::Request { .. } | BackendError::BridgeTaken(_)) =>
+            {
+                return error;
+            }
             Backend::Multus(_) => "Multus",
             Backend::Neutron(_) => "Neutron",
         };
@@ -134,6 +140,9 @@ pub enum BackendError {
     /// The backend has an object of the Network's name that the Network does not own.
     #[error("{0}")]
     NotOwned(String),
+    /// The name of the Network's bridge on the nodes is another Network's (Multus).
+    #[error("{0}")]
+    BridgeTaken(String),
     /// An object the backend was asked about is not there (a backend handles it where gone is
     /// fine, as in deletes).
     #[error("{0}")]
@@ -164,6 +173,7 @@ impl BackendError {
             BackendError::QuotaExceeded(_) => "BackendQuotaExceeded",
             BackendError::Conflict(_) | BackendError::Changed(_) => "BackendConflict",
             BackendError::NotOwned(_) => "ResourceExists",
+            BackendError::BridgeTaken(_) => "BridgeTaken",
             BackendError::MissingObjectKey(_)
             | BackendError::NotFound(_)
             | BackendError::Request { .. }
@@ -207,6 +217,9 @@ impl BackendError {
             )),
             BackendError::NotOwned(_) => BackendError::NotOwned(text(
                 "the network backend has a network of this name that this Network does not own, and leaves it alone; rename the Network, or ask the cluster admin",
+            )),
+            BackendError::BridgeTaken(_) => BackendError::BridgeTaken(text(
+                "the name of this Network's bridge on the nodes is another Network's; change the prefix or the gateway, or create the Network anew (a new one gets another name)",
             )),
             BackendError::NotFound(_) => {
                 BackendError::NotFound(text("the network backend failed; the operator retries"))
@@ -258,6 +271,7 @@ mod tests {
             BackendError::Conflict(secret.into()),
             BackendError::Changed(secret.into()),
             BackendError::NotOwned(secret.into()),
+            BackendError::BridgeTaken(secret.into()),
             BackendError::NotFound(secret.into()),
             BackendError::Failed(secret.into()),
         ]

@@ -11,14 +11,15 @@
 //! fails with 404 and the Network reports `BackendUnavailable` until it is installed.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::TypeMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
 use sample_operator_api::{Addressing, BackendReference, Network};
 use serde::{Deserialize, Serialize};
@@ -222,20 +223,95 @@ pub fn needs_apply(desired: &NetworkAttachmentDefinition, observed: &NetworkAtta
     owner_missing || label_missing || desired.spec.config != observed.spec.config
 }
 
+/// Which Network holds each bridge name, from the operator's own definitions: a bridge name is
+/// 48 bits of a hash, and the operator refuses to give a second Network one that is taken
+/// (the CNI bridge plugin would join both to one bridge). Shared; clones see the same state.
+#[derive(Clone, Default)]
+pub struct Bridges {
+    /// By definition (namespace/name): its bridge and its owner's UID.
+    held: Arc<
+        Mutex<(
+            HashMap<String, (String, String)>,
+            Option<HashMap<String, (String, String)>>,
+        )>,
+    >,
+}
+
+impl Bridges {
+    /// The bridge name and the owning Network's UID of one of the operator's definitions.
+    fn of(nad: &NetworkAttachmentDefinition) -> Option<(String, (String, String))> {
+        let config: serde_json::Value = serde_json::from_str(nad.spec.config.as_deref()?).ok()?;
+        let bridge = config.get("bridge")?.as_str()?.to_owned();
+        let owner = nad
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))?
+            .uid
+            .clone();
+        Some((
+            format!("{}/{}", nad.namespace()?, nad.name_any()),
+            (bridge, owner),
+        ))
+    }
+
+    /// Follows the definitions' watch (every event, in order).
+    pub fn apply(&self, event: &Event<NetworkAttachmentDefinition>) {
+        let mut guard = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (live, listing) = &mut *guard;
+        match event {
+            Event::Apply(nad) | Event::Delete(nad) => {
+                let key = format!("{}/{}", nad.namespace().unwrap_or_default(), nad.name_any());
+                live.remove(&key);
+                if let (Event::Apply(_), Some((key, held))) = (event, Self::of(nad)) {
+                    live.insert(key, held);
+                }
+            }
+            Event::Init => *listing = Some(HashMap::new()),
+            Event::InitApply(nad) => {
+                if let (Some(listing), Some((key, held))) = (listing.as_mut(), Self::of(nad)) {
+                    listing.insert(key, held);
+                }
+            }
+            Event::InitDone => {
+                if let Some(listed) = listing.take() {
+                    *live = listed;
+                }
+            }
+        }
+    }
+
+    /// The UID of another Network than `uid` whose definition has the bridge `bridge`.
+    pub fn held_by_another(&self, bridge: &str, uid: &str) -> Option<String> {
+        let guard = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        guard
+            .0
+            .values()
+            .find(|(held, owner)| held == bridge && owner != uid)
+            .map(|(_, owner)| owner.clone())
+    }
+}
+
 /// The Multus backend: the API for writes, the cache of the operator's own
 /// NetworkAttachmentDefinitions for reads.
 pub struct Multus {
     client: kube::Client,
     cache: Store<NetworkAttachmentDefinition>,
     synced: Synced,
+    bridges: Bridges,
 }
 
 impl Multus {
-    pub fn new(client: kube::Client, cache: Store<NetworkAttachmentDefinition>, synced: Synced) -> Self {
+    pub fn new(
+        client: kube::Client,
+        cache: Store<NetworkAttachmentDefinition>,
+        synced: Synced,
+        bridges: Bridges,
+    ) -> Self {
         Self {
             client,
             cache,
             synced,
+            bridges,
         }
     }
 
@@ -295,6 +371,12 @@ impl NetworkBackend for Multus {
             .ok_or(BackendError::MissingObjectKey("name"))?;
         let name = network.name_any();
         let api = self.api(&namespace);
+        let bridge = bridge_name(&uid, addressing);
+        if let Some(other) = self.bridges.held_by_another(&bridge, &uid) {
+            return Err(BackendError::BridgeTaken(format!(
+                "the bridge name {bridge} is already that of the Network with UID {other}"
+            )));
+        }
         let desired = desired(network, addressing, owner);
         let ensured = |changed| Ensured {
             changed,
@@ -443,6 +525,28 @@ mod tests {
         let range = &config(&nad)["ipam"]["ranges"][0][0];
         assert_eq!(range["subnet"], "fd00:1::/64");
         assert_eq!(range["gateway"], "fd00:1::1");
+    }
+
+    #[test]
+    fn a_bridge_name_is_known_as_its_networks_until_its_definition_goes() {
+        let bridges = Bridges::default();
+        let nad = build("10.0.0.0/24", "10.0.0.1");
+        let bridge = config(&nad)["bridge"].as_str().unwrap().to_owned();
+        bridges.apply(&Event::Apply(nad.clone()));
+        assert_eq!(bridges.held_by_another(&bridge, "uid-2"), Some("uid-1".into()));
+        assert_eq!(bridges.held_by_another(&bridge, "uid-1"), None, "its own");
+        assert_eq!(bridges.held_by_another("son000000000000", "uid-2"), None);
+        // Moved to another bridge: the old name is free.
+        let moved = build("10.0.1.0/24", "10.0.1.1");
+        bridges.apply(&Event::Apply(moved.clone()));
+        assert_eq!(bridges.held_by_another(&bridge, "uid-2"), None);
+        // A re-list that no longer finds it forgets it; one that finds it knows it again.
+        bridges.apply(&Event::Init);
+        bridges.apply(&Event::InitApply(nad.clone()));
+        bridges.apply(&Event::InitDone);
+        assert_eq!(bridges.held_by_another(&bridge, "uid-2"), Some("uid-1".into()));
+        bridges.apply(&Event::Delete(nad));
+        assert_eq!(bridges.held_by_another(&bridge, "uid-2"), None);
     }
 
     #[test]
