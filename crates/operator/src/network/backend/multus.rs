@@ -228,14 +228,12 @@ pub fn needs_apply(desired: &NetworkAttachmentDefinition, observed: &NetworkAtta
 /// (the CNI bridge plugin would join both to one bridge). Shared; clones see the same state.
 #[derive(Clone, Default)]
 pub struct Bridges {
-    /// By definition (namespace/name): its bridge and its owner's UID.
-    held: Arc<
-        Mutex<(
-            HashMap<String, (String, String)>,
-            Option<HashMap<String, (String, String)>>,
-        )>,
-    >,
+    /// What is held, and what a re-list in progress has found so far.
+    held: Arc<Mutex<(Held, Option<Held>)>>,
 }
+
+/// By definition (namespace/name): its bridge and its owner's UID.
+type Held = HashMap<String, (String, String)>;
 
 impl Bridges {
     /// The bridge name and the owning Network's UID of one of the operator's definitions.
