@@ -571,26 +571,52 @@ async fn the_admission_policy_refuses_networks_outside_the_address_policy() {
     }
 }
 
+/// Two tenants' namespaces, and one Network controller across all namespaces, so that one
+/// index sees both; it selects this test's Networks by a label (`label` puts it on one) and
+/// leaves everyone else's alone.
+struct TwoTenants {
+    a: TestNamespace,
+    b: TestNamespace,
+    operator: Operator,
+    label: Box<dyn Fn(Network) -> Network>,
+}
+
+impl TwoTenants {
+    async fn start(prefix: &str, overlap_across_namespaces: bool) -> Self {
+        const LABEL: &str = "sample-operator.dev/network-test";
+        let client = client_with_crds().await;
+        install_nad_crd(&client).await;
+        let a = TestNamespace::create(&client, &format!("{prefix}-a")).await;
+        let b = TestNamespace::create(&client, &format!("{prefix}-b")).await;
+        let mut config = config(None, &[ControllerName::Network]);
+        config.network.label_selector = Some(format!("{LABEL}={}", a.name));
+        config.network.overlap_across_namespaces = overlap_across_namespaces;
+        let operator = Operator::start_as(config, testing::config().await).await;
+        let value = a.name.clone();
+        let label = Box::new(move |mut network: Network| {
+            network.labels_mut().insert(LABEL.into(), value.clone());
+            network
+        });
+        Self {
+            a,
+            b,
+            operator,
+            label,
+        }
+    }
+}
+
 /// Where the admin says nodes keep namespaces apart (`--network-overlap-across-namespaces`),
 /// each namespace has its own prefixes.
 #[tokio::test]
 async fn networks_in_different_namespaces_may_overlap_where_nodes_keep_them_apart() {
-    let client = client_with_crds().await;
-    install_nad_crd(&client).await;
-    let tenant_a = TestNamespace::create(&client, "net-tenant-a").await;
-    let tenant_b = TestNamespace::create(&client, "net-tenant-b").await;
-    // One controller across all namespaces, so that one index sees both tenants; it selects
-    // this test's Networks by label and leaves everyone else's alone.
-    const LABEL: &str = "sample-operator.dev/network-test";
-    let mut config = config(None, &[ControllerName::Network]);
-    config.network.label_selector = Some(format!("{LABEL}={}", tenant_a.name));
-    config.network.overlap_across_namespaces = true;
-    let operator = Operator::start_as(config, testing::config().await).await;
-    let labelled = |name: &str, cidr: &str, gateway: &str| {
-        let mut n = network(name, cidr, gateway);
-        n.labels_mut().insert(LABEL.into(), tenant_a.name.clone());
-        n
-    };
+    let TwoTenants {
+        a: tenant_a,
+        b: tenant_b,
+        operator,
+        label,
+    } = TwoTenants::start("net-tenant", true).await;
+    let labelled = |name: &str, cidr: &str, gateway: &str| label(network(name, cidr, gateway));
 
     // The oldest of all, in tenant b.
     let b = tenant_b.api::<Network>();
@@ -651,19 +677,13 @@ async fn networks_in_different_namespaces_may_overlap_where_nodes_keep_them_apar
 /// Network of another namespace keeps the prefix, and synced once that one is gone.
 #[tokio::test]
 async fn with_multus_networks_of_different_namespaces_may_not_overlap() {
-    let client = client_with_crds().await;
-    install_nad_crd(&client).await;
-    let tenant_a = TestNamespace::create(&client, "net-apart-a").await;
-    let tenant_b = TestNamespace::create(&client, "net-apart-b").await;
-    const LABEL: &str = "sample-operator.dev/network-test";
-    let mut config = config(None, &[ControllerName::Network]);
-    config.network.label_selector = Some(format!("{LABEL}={}", tenant_a.name));
-    let operator = Operator::start_as(config, testing::config().await).await;
-    let labelled = |name: &str, cidr: &str, gateway: &str| {
-        let mut n = network(name, cidr, gateway);
-        n.labels_mut().insert(LABEL.into(), tenant_a.name.clone());
-        n
-    };
+    let TwoTenants {
+        a: tenant_a,
+        b: tenant_b,
+        operator,
+        label,
+    } = TwoTenants::start("net-apart", false).await;
+    let labelled = |name: &str, cidr: &str, gateway: &str| label(network(name, cidr, gateway));
     // Created within one second, the two tie on age and the namespace decides: the older is
     // in tenant a, whose name sorts first.
     let (older, newer) = (tenant_a.api::<Network>(), tenant_b.api::<Network>());
