@@ -10,7 +10,9 @@
 //! elsewhere waits for no more than a review), and at most [`MAX_CACHED`] decisions are kept,
 //! refusals pushed out before any allowed token (so that made-up tokens cannot push a scraper's
 //! out). A decision is kept under the SHA-256 of its token: the token itself is neither kept nor
-//! logged.
+//! logged. Before any of that, a token that cannot be one the API server accepts (not a JSON Web
+//! Token, as ServiceAccount and OIDC tokens are, or one whose `exp` has passed) is refused at
+//! once: made-up tokens cost neither a review nor a turn.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -39,6 +41,8 @@ pub const REFUSED_FOR: Duration = Duration::from_secs(10);
 pub const MAX_CACHED: usize = 1024;
 /// Reviews sent to the API server at once; more requests wait.
 pub const REVIEWS_AT_ONCE: usize = 4;
+/// The longest token reviewed; Kubernetes' ServiceAccount tokens are around a kilobyte.
+const MAX_TOKEN: usize = 16 * 1024;
 /// How long a review may take before the request is answered 503.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 /// What is asked of the SubjectAccessReview.
@@ -167,6 +171,12 @@ impl Authorizer {
             .and_then(|h| h.to_str().ok())
             .and_then(bearer_token)
             .ok_or(Refusal::Unauthenticated)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        if !looks_like_a_live_jwt(token, now) {
+            return Err(Refusal::Unauthenticated);
+        }
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let decision = match self.remembered(&key) {
             Some(decision) => decision,
@@ -237,6 +247,39 @@ impl Authorizer {
     }
 }
 
+/// Whether `token` could be one the API server accepts from a scraper: a JSON Web Token (three
+/// base64url parts, whose header names an algorithm and whose claims are a JSON object) that
+/// has not expired at `now` (seconds since the epoch). Its signature is the API server's to
+/// check. Static and bootstrap tokens are not JWTs, and are refused: scrapers send their
+/// ServiceAccount's token.
+fn looks_like_a_live_jwt(token: &str, now: i64) -> bool {
+    use base64::Engine;
+    if token.len() > MAX_TOKEN {
+        return false;
+    }
+    let mut parts = token.split('.');
+    let (Some(header), Some(claims), Some(signature), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let decode = |part: &str| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(part)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+            .filter(serde_json::Value::is_object)
+    };
+    let (Some(header), Some(claims)) = (decode(header), decode(claims)) else {
+        return false;
+    };
+    !signature.is_empty()
+        && header.get("alg").is_some_and(serde_json::Value::is_string)
+        && claims
+            .get("exp")
+            .is_none_or(|exp| exp.as_i64().is_some_and(|exp| exp > now))
+}
+
 /// The token of `Bearer <token>` (the scheme in any case, as RFC 7235 has it).
 fn bearer_token(header: &str) -> Option<&str> {
     let (scheme, token) = header.split_once(' ')?;
@@ -244,8 +287,43 @@ fn bearer_token(header: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
+/// Tokens shaped as the API server's, for the tests of the servers that review them.
+#[cfg(test)]
+pub(crate) mod test_tokens {
+    pub(crate) fn base64url(text: &str) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+    }
+
+    /// A token shaped as the API server's (its signature is the reviewer's to check), for the
+    /// user `subject`, expiring at `exp` if given.
+    pub(crate) fn jwt(subject: &str, exp: Option<i64>) -> String {
+        let claims = match exp {
+            Some(exp) => serde_json::json!({ "sub": subject, "exp": exp }),
+            None => serde_json::json!({ "sub": subject }),
+        };
+        format!(
+            "{}.{}.c2lnbmF0dXJl",
+            base64url(r#"{"alg":"RS256","kid":"test"}"#),
+            base64url(&claims.to_string())
+        )
+    }
+
+    /// The user a token of [`jwt`] names.
+    pub(crate) fn subject(token: &str) -> String {
+        use base64::Engine;
+        let claims = token.split('.').nth(1).unwrap();
+        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(claims)
+            .unwrap();
+        let claims: serde_json::Value = serde_json::from_slice(&claims).unwrap();
+        claims["sub"].as_str().unwrap().to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_tokens::{base64url, jwt, subject};
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -258,7 +336,7 @@ mod tests {
         fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Decision, String>> {
             self.0.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
-                Ok(match token {
+                Ok(match subject(token).as_str() {
                     "good" => Decision::Allowed,
                     "other" => Decision::Forbidden,
                     "down" => return Err("unreachable".into()),
@@ -271,8 +349,15 @@ mod tests {
     /// Where the tests' requests come from.
     const HERE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
+    /// `value`, with the token of a `Bearer` one made a JWT for the user it names.
     fn header(value: &str) -> HeaderValue {
-        HeaderValue::from_str(value).unwrap()
+        let value = match value.split_once(' ') {
+            Some((scheme, user)) if scheme.eq_ignore_ascii_case("bearer") && !user.trim().is_empty() => {
+                format!("{scheme} {}", jwt(user.trim(), None))
+            }
+            _ => value.to_owned(),
+        };
+        HeaderValue::from_str(&value).unwrap()
     }
 
     #[tokio::test]
@@ -332,7 +417,7 @@ mod tests {
             auth.decisions
                 .lock()
                 .unwrap()
-                .contains_key(&<[u8; 32]>::from(Sha256::digest(b"good")))
+                .contains_key(&<[u8; 32]>::from(Sha256::digest(jwt("good", None).as_bytes())))
         );
     }
 
@@ -343,7 +428,7 @@ mod tests {
         fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Decision, String>> {
             Box::pin(async move {
                 tokio::time::sleep(self.0).await;
-                Ok(if token == "good" {
+                Ok(if subject(token) == "good" {
                     Decision::Allowed
                 } else {
                     Decision::Unauthenticated
@@ -404,5 +489,43 @@ mod tests {
             before,
             "the allowed token was still known"
         );
+    }
+
+    /// Tokens that cannot be the API server's are refused before any review or turn: a
+    /// thousand made-up ones ask the API server nothing, nor does an expired JWT.
+    #[tokio::test]
+    async fn tokens_that_cannot_be_valid_cost_no_review() {
+        let reviews = Counted::default();
+        let auth = Authorizer::new(reviews.clone());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let made_up = (0..1000).map(|i| format!("Bearer made-up-{i}"));
+        let shapes = [
+            "Bearer a.b.c".to_owned(),
+            format!("Bearer {}.{}.", base64url(r#"{"alg":"RS256"}"#), base64url("{}")),
+            format!("Bearer {}.{}.sig", base64url("[]"), base64url("{}")),
+            format!(
+                "Bearer {}.{}.sig",
+                base64url(r#"{"alg":"RS256"}"#),
+                base64url("not json")
+            ),
+            format!("Bearer {}", jwt("good", Some(now - 1))),
+            format!("Bearer {}", "x".repeat(MAX_TOKEN + 1)),
+        ];
+        for value in made_up.chain(shapes) {
+            let value = HeaderValue::from_str(&value).unwrap();
+            assert_eq!(
+                auth.check(HERE, Some(&value)).await,
+                Err(Refusal::Unauthenticated),
+                "{value:?}"
+            );
+        }
+        assert_eq!(reviews.0.load(Ordering::SeqCst), 0, "the API server was asked");
+        // A live one is reviewed.
+        let live = HeaderValue::from_str(&format!("Bearer {}", jwt("good", Some(now + 600)))).unwrap();
+        assert_eq!(auth.check(HERE, Some(&live)).await, Ok(()));
+        assert_eq!(reviews.0.load(Ordering::SeqCst), 1);
     }
 }

@@ -320,8 +320,9 @@ mod tests {
         path: &str,
         token: Option<&str>,
     ) -> String {
+        // The user a test names, in a token shaped as the API server's.
         let authorization = token
-            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .map(|t| format!("Authorization: Bearer {}\r\n", auth::test_tokens::jwt(t, None)))
             .unwrap_or_default();
         let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{authorization}Connection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await.unwrap();
@@ -380,7 +381,7 @@ mod tests {
     impl auth::Reviewer for Reviews {
         fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<auth::Decision, String>> {
             Box::pin(async move {
-                Ok(match token {
+                Ok(match auth::test_tokens::subject(token).as_str() {
                     "reader" => auth::Decision::Allowed,
                     "stranger" => auth::Decision::Forbidden,
                     _ => auth::Decision::Unauthenticated,
