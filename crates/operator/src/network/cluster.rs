@@ -466,20 +466,25 @@ impl Params {
                 return;
             }
         }
+        // Each turn writes the addresses as they are then, so that a change during a failed
+        // write's wait is written by the retry.
         loop {
-            let params = addresses.params();
-            while let Err(error) = self.write(&params).await {
-                tracing::warn!(params = %self.name, error = %crate::runtime::error_chain(&error), "cannot write the admission policy's parameters; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_secs(10)) => {}
-                    result = changed.changed() => if result.is_err() { return },
+            match self.write(&addresses.params()).await {
+                Ok(_) => {
+                    if changed.changed().await.is_err() {
+                        return;
+                    }
+                    // Many changes come together (a relist, nodes joining): one write for them.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(error) => {
+                    tracing::warn!(params = %self.name, error = %crate::runtime::error_chain(&error), "cannot write the admission policy's parameters; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                        result = changed.changed() => if result.is_err() { return },
+                    }
                 }
             }
-            if changed.changed().await.is_err() {
-                return;
-            }
-            // Many changes come together (a relist, nodes joining): one write for them.
-            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 
