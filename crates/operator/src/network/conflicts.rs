@@ -3,8 +3,9 @@
 //! Within a namespace (a tenant) the prefixes of Networks must not overlap; across namespaces
 //! they may only where nodes keep the namespaces apart ([`Scope`]): with the Multus backend a
 //! node that hosts Pods of two Networks with the same prefix has two bridges with the same
-//! connected route, and one of them takes the other's traffic. When two overlap, the older Network (by creation time, then name) keeps working and
-//! the newer one is refused. A Network's standing depends only on the older Networks that
+//! connected route, and one of them takes the other's traffic. When two overlap, the older
+//! Network (by creation time, then namespace, then name) keeps working and the newer one is
+//! refused. A Network's standing depends only on the older Networks that
 //! overlap it, whether or not those are refused themselves, so a decision never cascades: when a
 //! Network appears, changes its prefix or goes away, only the newer Networks overlapping its old
 //! or its new prefix can change theirs, and [`PrefixIndex::apply`] returns exactly those.
@@ -140,6 +141,7 @@ struct Holders {
 
 #[derive(Default)]
 struct State {
+    /// By bucket (a namespace, or one for the whole cluster): its prefixes.
     namespaces: HashMap<String, BTreeMap<Key, Holders>>,
     /// Every claimant of each namespace, oldest first: who is within the namespace's limit.
     ages: HashMap<String, BTreeSet<Claimant>>,

@@ -20,7 +20,9 @@
 //! What triggers a reconcile: a change of the Network's spec or finalizers; a change of a
 //! NetworkAttachmentDefinition it owns (so hand edits are reverted); a change of an older
 //! Network that overlaps or overlapped it (so a refused Network recovers by itself when the
-//! other goes away or moves); and, while the backend is missing, a retry with backoff.
+//! other goes away or moves), or of one that moved it within or beyond its namespace's limit; a
+//! change of the cluster's own addresses ([`cluster`]), which reconciles every Network; and,
+//! while the backend is missing, a retry with backoff.
 
 pub mod backend;
 pub mod cluster;
@@ -245,10 +247,10 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<
     let cluster = cluster::follow(shared, &settings.cluster);
     let (controller, backend) = match &settings.backend {
         BackendConfig::Multus => {
+            // Which Network holds each bridge name, followed from the definitions' watch.
+            let bridges = multus::Bridges::default();
             // While the CRD is missing this watch fails and retries with backoff; the
             // controller goes on, and its Networks say why they are not synced.
-            // Which Network holds each bridge name, followed from the same watch.
-            let bridges = multus::Bridges::default();
             let definitions = shared.watch_cache(
                 shared.api::<NetworkAttachmentDefinition>(),
                 "network-attachment-definitions",
