@@ -31,6 +31,7 @@ use kube::{Resource, ResourceExt};
 use sample_operator_api::ip::{IpFamily, IpPrefix, parse_ip};
 use sample_operator_api::{ClusterAddresses as ClusterAddressesObject, ClusterAddressesSpec};
 
+use crate::runtime::watch::strip_unread_metadata;
 use crate::runtime::{FIELD_MANAGER, Shared, Synced};
 
 /// The kinds of the cluster's addresses, in the order a refusal names them.
@@ -270,13 +271,7 @@ fn trim_node(node: &mut Node) {
         addresses,
         ..NodeStatus::default()
     });
-    trim_metadata(node);
-}
-
-fn trim_metadata(object: &mut impl Resource) {
-    object.managed_fields_mut().clear();
-    object.meta_mut().annotations = None;
-    object.meta_mut().labels = None;
+    strip_unread_metadata(node);
 }
 
 /// Follows one watch's events into the addresses of the kinds `read` finds in each object,
@@ -356,7 +351,7 @@ pub fn follow(shared: &Shared, settings: &Settings) -> Followed {
         Api::<EndpointSlice>::namespaced(client.clone(), "default"),
         "cluster-addresses-apiserver",
         watcher::Config::default().labels("kubernetes.io/service-name=kubernetes"),
-        trim_metadata,
+        strip_unread_metadata,
         follower(
             addresses.clone(),
             |slice: &EndpointSlice| vec![(Kind::ApiServer, apiserver_endpoints(slice))],
@@ -373,7 +368,7 @@ pub fn follow(shared: &Shared, settings: &Settings) -> Followed {
             Api::<ServiceCIDR>::all(client.clone()),
             "cluster-addresses-services",
             watcher::Config::default(),
-            trim_metadata,
+            strip_unread_metadata,
             follower(
                 addresses.clone(),
                 |object: &ServiceCIDR| vec![(Kind::Services, service_cidrs(object))],

@@ -280,7 +280,7 @@ impl PrefixIndex {
         let older = state
             .ages
             .get(&me.namespace)
-            .map_or(0, |ages| ages.range(..&me).count());
+            .map_or(0, |ages| ages.range(..&me).take(limit).count());
         (older >= limit).then_some(limit)
     }
 

@@ -83,11 +83,8 @@ where
                 &Patch::Apply(&patch),
             )
             .await?;
-        // Kept as the cache keeps objects: without what no reconcile reads, whose size the
-        // object's writer, not the operator, decides (a megabyte of labels fits).
-        written.managed_fields_mut().clear();
-        written.meta_mut().annotations = None;
-        written.meta_mut().labels = None;
+        // Kept as the cache keeps objects.
+        super::watch::strip_unread_metadata(&mut written);
         self.record(obj, written);
         Ok(())
     }

@@ -190,15 +190,8 @@ impl Shared {
             .default_backoff()
             // The CRD's name (`foos.example.com`) tells the kinds of one plural apart.
             .inspect(self.metrics.watch_observer(K::crd_name()))
-            // No reconcile reads them: a 250 KB annotation (kubectl's last-applied
-            // configuration of a large object), or a megabyte of labels, which the apiserver
-            // does not cap in total, must not be cached per object. (Selecting by label is
-            // the apiserver's work, done before the object gets here.)
-            .modify(|obj| {
-                obj.managed_fields_mut().clear();
-                obj.meta_mut().annotations = None;
-                obj.meta_mut().labels = None;
-            })
+            // (Selecting by label is the apiserver's work, done before the object gets here.)
+            .modify(strip_unread_metadata)
             .inspect_ok(move |event| index(event))
             .reflect(writer)
             .inspect_ok(move |event| seen.observe(event))
@@ -286,6 +279,16 @@ impl Shared {
             .touched_objects()
             .boxed()
     }
+}
+
+/// Drops what no reconcile reads and whose size the object's writer, not the operator, decides:
+/// managed fields, annotations (kubectl's last-applied configuration of a large object is
+/// 250 KB) and labels (the apiserver does not cap them in total: a megabyte fits). For every
+/// object the operator keeps of a kind whose labels it does not select on.
+pub fn strip_unread_metadata<K: Resource>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
+    obj.meta_mut().annotations = None;
+    obj.meta_mut().labels = None;
 }
 
 /// Caches objects as they come.

@@ -232,11 +232,38 @@ pub struct Bridges {
     held: Arc<Mutex<(Held, Option<Held>)>>,
 }
 
-/// By definition (namespace/name): its bridge and its owner's UID.
-type Held = HashMap<String, (String, String)>;
+/// By definition (namespace/name), its bridge and its owner's UID; and by bridge, the owners'
+/// UIDs by definition, so that the check of every sync is one lookup.
+#[derive(Default)]
+struct Held {
+    by_definition: HashMap<String, (String, String)>,
+    by_bridge: HashMap<String, HashMap<String, String>>,
+}
+
+impl Held {
+    fn insert(&mut self, key: String, (bridge, owner): (String, String)) {
+        self.remove(&key);
+        self.by_bridge
+            .entry(bridge.clone())
+            .or_default()
+            .insert(key.clone(), owner.clone());
+        self.by_definition.insert(key, (bridge, owner));
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some((bridge, _)) = self.by_definition.remove(key)
+            && let Some(owners) = self.by_bridge.get_mut(&bridge)
+        {
+            owners.remove(key);
+            if owners.is_empty() {
+                self.by_bridge.remove(&bridge);
+            }
+        }
+    }
+}
 
 impl Bridges {
-    /// The bridge name and the owning Network's UID of one of the operator's definitions.
+    /// The key, bridge name and owning Network's UID of one of the operator's definitions.
     fn of(nad: &NetworkAttachmentDefinition) -> Option<(String, (String, String))> {
         let config: serde_json::Value = serde_json::from_str(nad.spec.config.as_deref()?).ok()?;
         let bridge = config.get("bridge")?.as_str()?.to_owned();
@@ -246,10 +273,7 @@ impl Bridges {
             .find(|o| o.controller == Some(true))?
             .uid
             .clone();
-        Some((
-            format!("{}/{}", nad.namespace()?, nad.name_any()),
-            (bridge, owner),
-        ))
+        Some((key_of(nad), (bridge, owner)))
     }
 
     /// Follows the definitions' watch (every event, in order).
@@ -257,14 +281,12 @@ impl Bridges {
         let mut guard = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let (live, listing) = &mut *guard;
         match event {
-            Event::Apply(nad) | Event::Delete(nad) => {
-                let key = format!("{}/{}", nad.namespace().unwrap_or_default(), nad.name_any());
-                live.remove(&key);
-                if let (Event::Apply(_), Some((key, held))) = (event, Self::of(nad)) {
-                    live.insert(key, held);
-                }
-            }
-            Event::Init => *listing = Some(HashMap::new()),
+            Event::Apply(nad) => match Self::of(nad) {
+                Some((key, held)) => live.insert(key, held),
+                None => live.remove(&key_of(nad)),
+            },
+            Event::Delete(nad) => live.remove(&key_of(nad)),
+            Event::Init => *listing = Some(Held::default()),
             Event::InitApply(nad) => {
                 if let (Some(listing), Some((key, held))) = (listing.as_mut(), Self::of(nad)) {
                     listing.insert(key, held);
@@ -283,10 +305,17 @@ impl Bridges {
         let guard = self.held.lock().unwrap_or_else(|e| e.into_inner());
         guard
             .0
+            .by_bridge
+            .get(bridge)?
             .values()
-            .find(|(held, owner)| held == bridge && owner != uid)
-            .map(|(_, owner)| owner.clone())
+            .find(|owner| *owner != uid)
+            .cloned()
     }
+}
+
+/// A definition's key in [`Bridges`]: namespace/name.
+fn key_of(nad: &NetworkAttachmentDefinition) -> String {
+    format!("{}/{}", nad.namespace().unwrap_or_default(), nad.name_any())
 }
 
 /// The Multus backend: the API for writes, the cache of the operator's own
