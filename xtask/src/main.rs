@@ -363,13 +363,14 @@ fn run_tests(
     let nextest = phases.time("cargo-nextest", nextest::ensure)?;
     // Built here, once and with progress, rather than by the first test that needs each.
     println!(
-        "== the tests' tools: helm, Prometheus and promtool, kube-score, the Prometheus Operator's CRDs, kubernetes/sample-controller"
+        "== the tests' tools: helm, Prometheus and promtool, kube-score, the Prometheus Operator's and cert-manager's CRDs, kubernetes/sample-controller"
     );
     phases.time("the tests' tools", || -> Result<()> {
         toolchain::helm()?;
         toolchain::prometheus()?;
         toolchain::kube_score()?;
         toolchain::prometheus_operator_crds()?;
+        toolchain::cert_manager_crds()?;
         toolchain::sample_controller()?;
         Ok(())
     })?;

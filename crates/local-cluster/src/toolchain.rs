@@ -83,6 +83,17 @@ const PROMETHEUS_OPERATOR: Module = Module {
     cgo: false,
 };
 
+/// Nothing is built from it either: the chart's test installs cert-manager's CRDs, so that the
+/// chart's Certificate is validated as cert-manager's API server schema validates it.
+const CERT_MANAGER: Module = Module {
+    name: "cert-manager",
+    dir: "cert-manager",
+    pinned: "github.com/cert-manager/cert-manager",
+    packages: &[],
+    tags: "",
+    cgo: false,
+};
+
 /// Prometheus and promtool, for the chart's alerting rules (`promtool check rules`, `promtool
 /// test rules`) and for a test in which a real Prometheus scrapes the operator. Built without
 /// any service discovery but static files (`remove_all_sd`), which halves the build: the test
@@ -314,6 +325,15 @@ pub fn prometheus_operator_crds() -> Result<PathBuf> {
     let version = pinned_version(module)?;
     let dir = go_module_dir(module, &format!("{}@{version}", module.pinned))?;
     Ok(dir.join("example").join("prometheus-operator-crd"))
+}
+
+/// The folder of cert-manager's CRDs (Certificate, Issuer and the rest), from its pinned Go
+/// module.
+pub fn cert_manager_crds() -> Result<PathBuf> {
+    let module = &CERT_MANAGER;
+    let version = pinned_version(module)?;
+    let dir = go_module_dir(module, &format!("{}@{version}", module.pinned))?;
+    Ok(dir.join("deploy").join("crds"))
 }
 
 /// The version the wrapper's `go.mod` requires for the pinned module.

@@ -115,6 +115,16 @@ pub struct RunArgs {
         requires = "metrics_secure"
     )]
     pub metrics_cert_dir: Option<PathBuf>,
+    /// With --metrics-secure: accept only tokens issued for this audience (a projected
+    /// ServiceAccount token with `audience` set), so that a token a scraper holds for the API
+    /// server or another service cannot read /metrics; unset, the API server's own audiences.
+    #[arg(
+        long,
+        env = "SAMPLE_OPERATOR_METRICS_TOKEN_AUDIENCE",
+        value_name = "AUDIENCE",
+        requires = "metrics_secure"
+    )]
+    pub metrics_token_audience: Option<String>,
     /// Address of /healthz and /readyz, apart from /metrics so that scrapes never delay a
     /// probe.
     #[arg(long, env = "SAMPLE_OPERATOR_PROBE_ADDRESS", default_value = "0.0.0.0:8081")]
@@ -527,7 +537,10 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     let access = match metrics_tls {
         Some(tls) => MetricsAccess::Secure {
             tls,
-            authorizer: Arc::new(Authorizer::kubernetes(client.clone())),
+            authorizer: Arc::new(Authorizer::kubernetes(
+                client.clone(),
+                args.metrics_token_audience.clone(),
+            )),
         },
         None => MetricsAccess::Open,
     };

@@ -82,10 +82,19 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                 "metrics.serviceMonitor.scrapeTimeout=5s",
                 "metrics.readers[0].namespace=monitoring",
                 "metrics.readers[0].name=prometheus-k8s",
+                "metrics.certManager.issuer.name=metrics-ca",
+                "metrics.certManager.issuer.kind=ClusterIssuer",
+                "metrics.certManager.issuer.group=cert-manager.io",
+                "metrics.tokenAudience=sample-operator-metrics",
+                "metrics.serviceMonitor.tokenFile=/var/run/secrets/tokens/sample-operator-metrics",
                 "metrics.prometheusRule.enabled=true",
                 "metrics.prometheusRule.labels.release=prometheus",
                 "metrics.dashboard.enabled=true",
             ]),
+        ),
+        (
+            "scraped without a certificate Prometheus can verify, as asked",
+            sets(&["metrics.serviceMonitor.enabled=true", "metrics.insecureSkipVerify=true"]),
         ),
         (
             "scraped through a PodMonitor",
@@ -427,6 +436,26 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
         ),
         ("metrics.certSecret=Metrics_TLS", "/metrics/certSecret"),
         (
+            "metrics.serviceMonitor.enabled=true",
+            "a certificate it cannot verify",
+        ),
+        (
+            "metrics.certSecret=tls,metrics.certManager.issuer.name=ca",
+            "choose one source of the metrics certificate",
+        ),
+        (
+            "metrics.secure=false,metrics.tokenAudience=metrics",
+            "metrics.tokenAudience needs metrics.secure",
+        ),
+        (
+            "metrics.serviceMonitor.enabled=true,metrics.certSecret=tls,metrics.tokenAudience=metrics",
+            "set metrics.serviceMonitor.tokenFile",
+        ),
+        (
+            "metrics.serviceMonitor.tokenFile=token",
+            "/metrics/serviceMonitor/tokenFile",
+        ),
+        (
             "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true",
             "choose one",
         ),
@@ -472,6 +501,59 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
             .expect_err(&format!("{set} is refused"));
         assert!(error.contains(named), "{set}: {error}");
     }
+}
+
+/// What `helm install` prints after installing: whether scrapers can verify the metrics
+/// certificate, said plainly when they cannot.
+#[tokio::test]
+async fn the_install_notes_say_whether_prometheus_can_verify_the_certificate() {
+    let notes = async |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
+        let args = [
+            "install",
+            RELEASE,
+            &chart(),
+            "--dry-run=client",
+            "--namespace",
+            RELEASE,
+        ]
+        .map(String::from);
+        let output = helm(&with_sets(args.to_vec(), &sets)).await;
+        let out = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{sets:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        out.split_once("NOTES:")
+            .map(|(_, notes)| notes.to_owned())
+            .expect("notes")
+    };
+    let unverified = notes(&[
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.insecureSkipVerify=true",
+    ])
+    .await;
+    assert!(
+        unverified.contains("WARNING: its certificate is self-signed")
+            && unverified.contains("The ServiceMonitor is rendered with insecureSkipVerify"),
+        "{unverified}"
+    );
+    let verified = notes(&[
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.certManager.issuer.name=metrics-ca",
+        "metrics.tokenAudience=sample-operator-metrics",
+        "metrics.serviceMonitor.tokenFile=/var/run/secrets/tokens/metrics",
+    ])
+    .await;
+    assert!(
+        !verified.contains("WARNING")
+            && verified.contains("which cert-manager keeps for the Certificate")
+            && verified.contains("issued for the audience \"sample-operator-metrics\""),
+        "{verified}"
+    );
+    let plain = notes(&["metrics.secure=false"]).await;
+    assert!(plain.contains("plain HTTP"), "{plain}");
 }
 
 /// Secure by default: the chart does not render until the admin states the prefixes tenants'
@@ -524,6 +606,28 @@ async fn install_prometheus_operator_crds(client: &Client) {
     testing::install_crds(client, &crds).await.expect("CRDs install");
 }
 
+/// cert-manager's CRDs, from its pinned Go module, so that the chart's Certificate passes
+/// cert-manager's own schema.
+async fn install_cert_manager_crds(client: &Client) {
+    let folder = tokio::task::spawn_blocking(local_cluster::toolchain::cert_manager_crds)
+        .await
+        .unwrap()
+        .expect("cert-manager's CRDs");
+    let crds: Vec<CustomResourceDefinition> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .map(|path| serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap())
+        .collect();
+    assert!(
+        crds.iter()
+            .any(|c| c.metadata.name.as_deref() == Some("certificates.cert-manager.io")),
+        "certificates.cert-manager.io in {}",
+        folder.display()
+    );
+    testing::install_crds(client, &crds).await.expect("CRDs install");
+}
+
 async fn ensure_namespace(client: &Client, name: &str, labels: serde_json::Value) {
     let namespace: Namespace = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
@@ -548,6 +652,7 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
     ensure_namespace(&client, TEAM, serde_json::json!({})).await;
     ensure_namespace(&client, "monitoring", serde_json::json!({})).await;
     install_prometheus_operator_crds(&client).await;
+    install_cert_manager_crds(&client).await;
 
     for (name, sets) in combinations() {
         let objects = render(&sets).await.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -631,7 +736,7 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
             has("metrics.serviceMonitor.enabled=true"),
             "{name}"
         );
-        check_metrics_access(name, &objects, !has("metrics.secure=false"));
+        check_metrics_access(name, &sets, &objects, !has("metrics.secure=false"));
         assert_eq!(
             kinds.contains(&"PodMonitor"),
             has("metrics.podMonitor.enabled=true"),
@@ -780,6 +885,9 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
         ("neutron.dhcp", |r| r.network_backend.neutron_dhcp.to_string()),
         ("neutron.resyncSeconds", |r| {
             r.network_backend.neutron_resync_seconds.to_string()
+        }),
+        ("metrics.tokenAudience", |r| {
+            r.metrics_token_audience.clone().unwrap_or_default()
         }),
         ("controllers[0]", |r| r.controllers[0].label().to_owned()),
         ("controllers[1]", |r| r.controllers[1].label().to_owned()),
@@ -963,7 +1071,7 @@ fn assert_foo_deployments(name: &str, objects: &[serde_json::Value], restricted:
 /// How /metrics is served and scraped: over HTTPS to reviewed tokens when `secure` (the
 /// operator may review them, a metrics-reader ClusterRole exists, the monitors send a token and
 /// check the certificate as they can), else plain HTTP; the probes on their own port either way.
-fn check_metrics_access(name: &str, objects: &[serde_json::Value], secure: bool) {
+fn check_metrics_access(name: &str, sets: &[String], objects: &[serde_json::Value], secure: bool) {
     let container = &find(objects, "Deployment").unwrap()["spec"]["template"]["spec"]["containers"][0];
     let args: Vec<&str> = container["args"]
         .as_array()
@@ -1037,13 +1145,51 @@ fn check_metrics_access(name: &str, objects: &[serde_json::Value], secure: bool)
         assert_eq!(endpoint["port"], "metrics", "{name}");
         if secure {
             assert_eq!(endpoint["scheme"], "https", "{name}");
-            let token = endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+            let token_file = sets
+                .iter()
+                .find_map(|s| s.strip_prefix("metrics.serviceMonitor.tokenFile="))
+                .unwrap_or("/var/run/secrets/kubernetes.io/serviceaccount/token");
+            let token = endpoint["bearerTokenFile"] == token_file
                 || endpoint["authorization"]["credentials"]["name"] == "metrics-scraper";
             assert!(token, "{name}: the monitor sends a token: {endpoint}");
+            // The certificate the operator serves is the one the monitor verifies.
             let tls = &endpoint["tlsConfig"];
-            let verified = tls["ca"]["secret"]["name"] == "sample-operator-metrics-tls"
-                && tls["serverName"] == format!("{RELEASE}-metrics.{RELEASE}.svc");
-            assert!(verified || tls["insecureSkipVerify"] == true, "{name}: {tls}");
+            let served = objects.iter().find(|o| o["kind"] == "Deployment").and_then(|d| {
+                d["spec"]["template"]["spec"]["volumes"]
+                    .as_array()?
+                    .iter()
+                    .find(|v| v["name"] == "metrics-tls")
+                    .map(|v| v["secret"]["secretName"].clone())
+            });
+            match &served {
+                Some(secret) => {
+                    assert!(args.contains(&"--metrics-cert-dir=/etc/sample-operator/metrics-tls"));
+                    assert_eq!(&tls["ca"]["secret"]["name"], secret, "{name}: {tls}");
+                    assert_eq!(
+                        tls["serverName"],
+                        format!("{RELEASE}-metrics.{RELEASE}.svc"),
+                        "{name}"
+                    );
+                    assert!(tls.get("insecureSkipVerify").is_none(), "{name}: {tls}");
+                }
+                None => {
+                    assert!(
+                        sets.iter().any(|s| s == "metrics.insecureSkipVerify=true"),
+                        "{name}: {tls}"
+                    );
+                    assert_eq!(tls["insecureSkipVerify"], true, "{name}: {tls}");
+                }
+            }
+            // cert-manager's Certificate is for the name the monitor checks, kept in the
+            // Secret the operator serves.
+            if let Some(certificate) = find(objects, "Certificate") {
+                assert_eq!(
+                    certificate["spec"]["secretName"],
+                    served.clone().unwrap(),
+                    "{name}"
+                );
+                assert_eq!(certificate["spec"]["dnsNames"][0], tls["serverName"], "{name}");
+            }
         } else {
             assert!(endpoint.get("scheme").is_none(), "{name}: {endpoint}");
         }

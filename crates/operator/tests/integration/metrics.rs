@@ -56,14 +56,21 @@ pub(crate) async fn service_account_token(
             .await
             .unwrap();
     }
+    token_for(client, namespace, name, None).await
+}
+
+/// A token of the ServiceAccount `namespace/name` from the TokenRequest API, issued for
+/// `audience` (`None`: the API server's own).
+async fn token_for(client: &Client, namespace: &str, name: &str, audience: Option<&str>) -> String {
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
+            audiences: audience.map(|a| vec![a.to_owned()]),
             ..TokenRequestSpec::default()
         }),
         ..TokenRequest::default()
     };
-    accounts
+    Api::<ServiceAccount>::namespaced(client.clone(), namespace)
         .create_token_request(name, &PostParams::default(), &request)
         .await
         .expect("a token from the TokenRequest API")
@@ -182,6 +189,53 @@ async fn secure_metrics_answer_only_tokens_allowed_to_read_them_and_probes_stay_
         );
     }
     drop(idle);
+
+    unbind(&client, &ns.name).await;
+    drop(operator);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn with_an_audience_only_tokens_issued_for_it_read_the_metrics() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "metrics-audience").await;
+    let dir = scratch_dir(&ns.name);
+    let kubeconfig = operator_kubeconfig(&client, &dir).await;
+    install_metrics_reader(&client).await;
+    let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
+    let namespace_arg = format!("--namespace={}", ns.name);
+    let operator = OperatorProcess::spawn(
+        "audience",
+        &dir,
+        &[
+            &kubeconfig_arg,
+            &namespace_arg,
+            "--controllers=foo",
+            "--metrics-secure",
+            "--metrics-token-audience=sample-operator-metrics",
+        ],
+    );
+    operator.wait_ready().await;
+
+    // One reader, three tokens: for the API server (what a Pod mounts by default), for
+    // another service, and for the operator's metrics.
+    let for_the_api_server = service_account_token(&client, &ns.name, "prometheus", true).await;
+    let for_another = token_for(&client, &ns.name, "prometheus", Some("vault")).await;
+    let for_us = token_for(&client, &ns.name, "prometheus", Some("sample-operator-metrics")).await;
+    let mut answer = (0, String::new());
+    testing::poll(Duration::from_secs(30), async || {
+        answer = get_metrics(operator.port, Some(&for_us)).await;
+        (answer.0 == 200).then_some(())
+    })
+    .await;
+    assert_eq!(answer.0, 200, "a token for the metrics' audience: {}", answer.1);
+    for (token, what) in [
+        (&for_the_api_server, "the API server"),
+        (&for_another, "another service"),
+    ] {
+        let (status, body) = get_metrics(operator.port, Some(token)).await;
+        assert_eq!(status, 401, "a token for {what}: {body}");
+    }
 
     unbind(&client, &ns.name).await;
     drop(operator);

@@ -129,13 +129,17 @@ async fn promtool_checks_the_rules_and_their_unit_tests_pass() {
 async fn the_rules_select_the_monitors_job_and_link_runbooks_when_told_where() {
     for (sets, selector) in [
         (
-            vec!["metrics.serviceMonitor.enabled=true"],
+            vec![
+                "metrics.serviceMonitor.enabled=true",
+                "metrics.certSecret=metrics-tls",
+            ],
             r#"up{job="sample-operator-metrics",namespace="sample-operator"}"#,
         ),
         (
             vec![
                 "metrics.podMonitor.enabled=true",
                 "metrics.podMonitor.tokenSecret.name=metrics-scraper",
+                "metrics.certSecret=metrics-tls",
             ],
             r#"up{job="sample-operator/sample-operator",namespace="sample-operator"}"#,
         ),

@@ -354,7 +354,7 @@ async fn the_cluster_role_grants_exactly_what_the_controllers_use() {
     // cluster's identity for Neutron's tags.
     let token = service_account_token(&client, &ns.name, "scraper", false).await;
     let header = http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
-    let refused = Authorizer::kubernetes(as_operator.clone())
+    let refused = Authorizer::kubernetes(as_operator.clone(), None)
         .check([127, 0, 0, 1].into(), Some(&header))
         .await;
     assert!(refused.is_err(), "a scraper without the grant is refused");

@@ -48,6 +48,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and .Values.metrics.secure .Values.metrics.podMonitor.enabled (not .Values.metrics.podMonitor.tokenSecret.name) }}
 {{- fail "metrics.podMonitor.enabled with metrics.secure needs metrics.podMonitor.tokenSecret.name: a Secret with the token of a ServiceAccount in metrics.readers, which the PodMonitor sends" }}
 {{- end }}
+{{- with .Values.metrics }}
+{{- if and .certSecret .certManager.issuer.name }}
+{{- fail "metrics.certSecret and metrics.certManager.issuer.name: choose one source of the metrics certificate" }}
+{{- end }}
+{{- if and .secure (or .serviceMonitor.enabled .podMonitor.enabled) (not .certSecret) (not .certManager.issuer.name) (not .insecureSkipVerify) }}
+{{- fail "metrics: a ServiceMonitor or PodMonitor would send Prometheus' token to a certificate it cannot verify; give one with metrics.certManager.issuer.name (cert-manager) or metrics.certSecret, or accept that with metrics.insecureSkipVerify=true" }}
+{{- end }}
+{{- if and .tokenAudience (not .secure) }}
+{{- fail "metrics.tokenAudience needs metrics.secure: only reviewed tokens have an audience" }}
+{{- end }}
+{{- if and .tokenAudience .serviceMonitor.enabled (eq .serviceMonitor.tokenFile "/var/run/secrets/kubernetes.io/serviceaccount/token") }}
+{{- fail "metrics.tokenAudience with metrics.serviceMonitor: Prometheus' own ServiceAccount token is issued for the API server, not for that audience; mount a projected token for it in Prometheus and set metrics.serviceMonitor.tokenFile to its path" }}
+{{- end }}
+{{- end }}
 {{- with .Values.leaderElection }}
 {{- if and .enabled (ge (int .leaseGraceSeconds) (int .leaseDurationSeconds)) }}
 {{- fail "leaderElection.leaseGraceSeconds must be less than leaderElection.leaseDurationSeconds: the holder renews that long before the Lease expires" }}
@@ -69,15 +83,29 @@ runbook: {{ printf "docs/runbooks.md#%s in the sample-operator repository" $anch
 {{- end }}
 {{- end }}
 
-{{/* How Prometheus checks /metrics' certificate: against the CA of metrics.certSecret, or not
-at all for the self-signed certificate the operator makes without one. */}}
+{{/* The Secret of /metrics' certificate: metrics.certSecret, or the one cert-manager keeps for
+the chart's Certificate; empty for the self-signed certificate the operator makes. */}}
+{{- define "sample-operator.metricsCertSecret" -}}
+{{- if .Values.metrics.certSecret }}{{ .Values.metrics.certSecret }}
+{{- else if .Values.metrics.certManager.issuer.name }}{{ include "sample-operator.fullname" . }}-metrics-tls
+{{- end }}
+{{- end }}
+
+{{/* The name /metrics' certificate is for: the metrics Service's. */}}
+{{- define "sample-operator.metricsHost" -}}
+{{ printf "%s-metrics.%s.svc" (include "sample-operator.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* How Prometheus checks /metrics' certificate: against the CA in its Secret, or not at all
+for the self-signed certificate the operator makes without one (only with
+metrics.insecureSkipVerify, which validate requires). */}}
 {{- define "sample-operator.metricsTLS" -}}
 tlsConfig:
-  {{- if .Values.metrics.certSecret }}
-  serverName: {{ printf "%s-metrics.%s.svc" (include "sample-operator.fullname" .) .Release.Namespace }}
+  {{- with include "sample-operator.metricsCertSecret" . }}
+  serverName: {{ include "sample-operator.metricsHost" $ }}
   ca:
     secret:
-      name: {{ .Values.metrics.certSecret }}
+      name: {{ . }}
       key: ca.crt
   {{- else }}
   insecureSkipVerify: true

@@ -79,18 +79,20 @@ pub trait Reviewer: Send + Sync {
 /// `subjectaccessreviews`.
 pub struct KubernetesReviewer {
     client: kube::Client,
+    /// The audience a token must be issued for; `None`: the API server's own audiences.
+    audience: Option<String>,
 }
 
 impl KubernetesReviewer {
-    pub fn new(client: kube::Client) -> Self {
-        Self { client }
+    pub fn new(client: kube::Client, audience: Option<String>) -> Self {
+        Self { client, audience }
     }
 
     async fn ask(&self, token: &str) -> Result<Decision, String> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_owned(),
-                audiences: None,
+                audiences: self.audience.clone().map(|a| vec![a]),
             },
             ..TokenReview::default()
         };
@@ -99,8 +101,9 @@ impl KubernetesReviewer {
             .await
             .map_err(|e| format!("TokenReview: {e}"))?;
         let status = reviewed.status.unwrap_or_default();
+        let for_us = issued_for(self.audience.as_deref(), status.audiences.as_deref());
         let user = match (status.authenticated, status.user) {
-            (Some(true), Some(user)) => user,
+            (Some(true), Some(user)) if for_us => user,
             _ => return Ok(Decision::Unauthenticated),
         };
         let access = SubjectAccessReview {
@@ -141,6 +144,14 @@ impl Reviewer for KubernetesReviewer {
     }
 }
 
+/// Whether a token the API server authenticated is one for `audience`, from the audiences
+/// the review says it is valid for. The API server answers with those it was asked about; an
+/// authenticator behind it (a webhook) that ignores audiences answers none, which does not
+/// count as ours.
+fn issued_for(audience: Option<&str>, valid_for: Option<&[String]>) -> bool {
+    audience.is_none_or(|audience| valid_for.is_some_and(|valid| valid.iter().any(|v| v == audience)))
+}
+
 /// Decides requests by their `Authorization` header, remembering decisions for a while.
 pub struct Authorizer {
     reviewer: Box<dyn Reviewer>,
@@ -160,9 +171,10 @@ impl Authorizer {
         }
     }
 
-    /// The API server's reviews, through `client`.
-    pub fn kubernetes(client: kube::Client) -> Self {
-        Self::new(KubernetesReviewer::new(client))
+    /// The API server's reviews, through `client`, of tokens for `audience` (`None`: for the
+    /// API server itself).
+    pub fn kubernetes(client: kube::Client, audience: Option<String>) -> Self {
+        Self::new(KubernetesReviewer::new(client, audience))
     }
 
     /// Whether a request from `peer` with this `Authorization` header may read `/metrics`.
@@ -493,6 +505,18 @@ mod tests {
 
     /// Tokens that cannot be the API server's are refused before any review or turn: a
     /// thousand made-up ones ask the API server nothing, nor does an expired JWT.
+    #[test]
+    fn a_token_counts_as_issued_for_the_audience_only_when_the_review_says_so() {
+        let ours = ["metrics".to_owned()];
+        let others = ["https://kubernetes.default.svc".to_owned()];
+        assert!(issued_for(None, None), "no audience asked: the API server's own");
+        assert!(issued_for(Some("metrics"), Some(&ours)));
+        assert!(!issued_for(Some("metrics"), Some(&others)));
+        assert!(!issued_for(Some("metrics"), Some(&[])));
+        // An authenticator that ignores audiences says nothing of them.
+        assert!(!issued_for(Some("metrics"), None));
+    }
+
     #[tokio::test]
     async fn tokens_that_cannot_be_valid_cost_no_review() {
         let reviews = Counted::default();
