@@ -36,7 +36,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::{predicates, watcher};
 use sample_operator_api::{ExampleFoo, Foo, FooKind};
@@ -45,7 +45,7 @@ use crate::runtime::children;
 use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::index::Index;
 use crate::runtime::watch::no_preparation;
-use crate::runtime::{Context, FIELD_MANAGER, ReconcileError, Reconciler, Shared, Wiring};
+use crate::runtime::{Context, FIELD_MANAGER, ReconcileError, Reconciler, Shared, Triggers, Wiring};
 use cached::CachedDeployment;
 pub use settings::Settings;
 use status::Observed;
@@ -162,7 +162,7 @@ pub fn wiring<K: Kind>(shared: &Shared, settings: &Settings) -> Wiring<FooReconc
             deployment::MANAGED_BY
         )),
     );
-    let controller = Controller::for_stream(foos.events, foos.store)
+    let triggers = Triggers::for_stream(foos.events, foos.store)
         .owns_stream(deployments.events)
         .watches_stream(foreign, move |d| {
             let key = (d.namespace().unwrap_or_default().into(), d.name_any().into());
@@ -170,7 +170,7 @@ pub fn wiring<K: Kind>(shared: &Shared, settings: &Settings) -> Wiring<FooReconc
         });
     Wiring {
         name: K::CONTROLLER,
-        controller,
+        triggers,
         reconciler: FooReconciler {
             deployments: table,
             settings: Arc::new(settings.clone()),

@@ -22,14 +22,14 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::{predicates, watcher};
 use sample_operator_api::MyCustomResource;
 
 use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::index::Index;
-use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Wiring};
+use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Triggers, Wiring};
 pub use pods::PodWatch;
 use pods::{PodCache, PodKey};
 
@@ -89,11 +89,11 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<MyCustomResourceRe
     let pods = pods::cache(shared, settings.pod_watch);
     // Each Pod event maps to the resources naming that Pod, by index lookup: never a list of
     // resources from the API, never a scan of the cache.
-    let controller = Controller::for_stream(resources.events, resources.store)
+    let triggers = Triggers::for_stream(resources.events, resources.store)
         .watches_stream(pods.events, move |pod| by_pod.get(&pods::key(&pod)));
     Wiring {
         name: CONTROLLER,
-        controller,
+        triggers,
         reconciler: MyCustomResourceReconciler { pods: pods.cache },
         own_writes: resources.own_writes,
         // Before the first list of Pods every Pod would look missing, and a healthy resource

@@ -41,7 +41,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::ObjectRef;
@@ -49,7 +49,7 @@ use kube::runtime::{Predicate, predicates, watcher};
 use sample_operator_api::Network;
 
 use crate::runtime::descriptor::{Descriptor, OwnResource};
-use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Wiring};
+use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Triggers, Wiring};
 use backend::multus::{self, Multus, NetworkAttachmentDefinition};
 use backend::neutron::NeutronConfig;
 use backend::{Backend, BackendError, NetworkBackend};
@@ -204,7 +204,7 @@ impl Settings {
 /// What every backend's wiring starts from: the Network watch, with the conflicts index it
 /// feeds and the neighbours it finds.
 struct Primary {
-    controller: Controller<Network>,
+    triggers: Triggers<Network>,
     conflicts: PrefixIndex,
     own_writes: crate::runtime::own_writes::OwnWrites<Network>,
     synced: crate::runtime::Synced,
@@ -231,7 +231,7 @@ fn primary(shared: &Shared, settings: &Settings) -> Primary {
         },
     );
     Primary {
-        controller: Controller::for_stream(networks.events, networks.store).reconcile_on(neighbours),
+        triggers: Triggers::for_stream(networks.events, networks.store).reconcile_on(neighbours),
         conflicts,
         own_writes: networks.own_writes,
         synced: networks.synced,
@@ -245,7 +245,7 @@ fn primary(shared: &Shared, settings: &Settings) -> Primary {
 pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<Backend>> {
     let primary = primary(shared, settings);
     let cluster = cluster::follow(shared, &settings.cluster);
-    let (controller, backend) = match &settings.backend {
+    let (triggers, backend) = match &settings.backend {
         BackendConfig::Multus => {
             // Which Network holds each bridge name, followed from the definitions' watch.
             let bridges = multus::Bridges::default();
@@ -280,7 +280,7 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<
             );
             (
                 primary
-                    .controller
+                    .triggers
                     .owns_stream(definitions.events)
                     .watches_stream(foreign, |nad| {
                         let namespace = nad.namespace()?;
@@ -292,18 +292,18 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<
         BackendConfig::Neutron(config) => {
             let (backend, resyncs) = backend::neutron::Neutron::new(config.clone(), shared.metrics.clone());
             (
-                primary.controller.reconcile_all_on(resyncs),
+                primary.triggers.reconcile_all_on(resyncs),
                 Backend::Neutron(backend),
             )
         }
     };
     // A change of the cluster's addresses may refuse a synced Network or free a refused one.
-    let controller = controller.reconcile_all_on(cluster.changes);
+    let triggers = triggers.reconcile_all_on(cluster.changes);
     let mut caches = vec![primary.synced];
     caches.extend(cluster.synced);
     Wiring {
         name: CONTROLLER,
-        controller,
+        triggers,
         reconciler: NetworkReconciler {
             conflicts: primary.conflicts,
             policy: settings.policy.clone(),

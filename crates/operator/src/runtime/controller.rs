@@ -25,7 +25,8 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
 use kube::core::object::HasStatus;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
+use kube::runtime::utils::CancelableJoinHandle;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
@@ -35,6 +36,8 @@ use tracing::Instrument;
 
 use super::backoff::Backoff;
 use super::events::Events;
+use super::fair::FairQueue;
+use super::triggers::Triggers;
 use super::metrics::{Metrics, Outcome};
 use super::own_writes::OwnWrites;
 use super::status::{Conditions, ready_reason, status_differs};
@@ -100,8 +103,9 @@ pub trait Reconciler: Send + Sync + 'static {
 pub struct Wiring<R: Reconciler> {
     /// The controller's name in metrics, logs and readiness reports.
     pub name: &'static str,
-    /// kube-runtime's controller, built from the watches that trigger reconciles.
-    pub controller: Controller<R::Object>,
+    /// What triggers reconciles (built like kube-runtime's `Controller`), and the cache of the
+    /// controller's own objects.
+    pub triggers: Triggers<R::Object>,
     pub reconciler: R,
     /// From [`Shared::watch_primary`]: the status writes its cache has not caught up with.
     pub own_writes: OwnWrites<R::Object>,
@@ -188,6 +192,20 @@ struct Runner<R: Reconciler> {
     caches: Vec<Synced>,
     /// Completes when the controller is asked to stop.
     stopping: SharedFuture<BoxFuture<'static, ()>>,
+    /// Where triggers wait their namespace's turn; told when each reconcile starts and ends.
+    queue: Arc<FairQueue<R::Object>>,
+}
+
+/// Tells the queue that a reconcile ended, however it ends.
+struct Running<'a, K: Resource<DynamicType = ()>> {
+    queue: &'a FairQueue<K>,
+    object: ObjectRef<K>,
+}
+
+impl<K: Resource<DynamicType = ()>> Drop for Running<'_, K> {
+    fn drop(&mut self) {
+        self.queue.finished(&self.object);
+    }
 }
 
 impl<R: Reconciler> Runner<R> {
@@ -202,6 +220,12 @@ impl<R: Reconciler> Runner<R> {
     }
 
     async fn reconcile(&self, object: Arc<R::Object>) -> Result<Action, Failure<R::Error>> {
+        let object_ref = ObjectRef::from_obj(&*object);
+        self.queue.started(&object_ref);
+        let _running = Running {
+            queue: &self.queue,
+            object: object_ref,
+        };
         if !self.caches_synced().await {
             // Stopping: the object is reconciled by whoever runs next.
             return Ok(Action::await_change());
@@ -325,6 +349,7 @@ pub(crate) async fn retries<R: Reconciler>(
         backoff: Backoff::default(),
         caches: Vec::new(),
         stopping: futures::future::pending().boxed().shared(),
+        queue: Arc::new(FairQueue::new(0)),
     };
     let object = Arc::new(object);
     let start = tokio::time::Instant::now();
@@ -418,12 +443,13 @@ pub async fn run<R: Reconciler>(
 {
     let Wiring {
         name,
-        controller,
+        triggers,
         reconciler,
         own_writes,
         caches,
     } = wiring;
     let stopping = shutdown.boxed().shared();
+    let queue = Arc::new(FairQueue::new(shared.config.concurrency));
     let runner = Arc::new(Runner {
         name,
         reconciler,
@@ -436,6 +462,7 @@ pub async fn run<R: Reconciler>(
         backoff: Backoff::default(),
         caches,
         stopping: stopping.clone(),
+        queue: queue.clone(),
     });
 
     let ready = runner.clone();
@@ -447,30 +474,52 @@ pub async fn run<R: Reconciler>(
     });
 
     shared.metrics.controller_started(name, shared.config.concurrency);
-    shared.metrics.observe_readiness(name, controller.store());
-    let sweeps = runner
-        .clone()
-        .forget_the_gone_until(controller.store(), stopping.clone());
-    let controller = controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(shared.config.concurrency));
-    let controller = match shared.config.resync {
-        Some(interval) => controller.reconcile_all_on(resync_ticks(interval)),
-        None => controller,
+    let triggers = match shared.config.resync {
+        Some(interval) => triggers.reconcile_all_on(resync_ticks(interval)),
+        None => triggers,
     };
-    let reconciles = controller
-        .graceful_shutdown_on(stopping)
-        .run(
-            |object, runner: Arc<Runner<R>>| async move { runner.reconcile(object).await },
-            |object, error, runner| runner.error_policy(&object, error),
-            runner,
-        )
-        .for_each(move |result| {
-            if let Err(error) = result {
-                tracing::debug!(controller = name, %error, "controller");
+    let (store, triggers) = triggers.into_stream();
+    shared.metrics.observe_readiness(name, store.clone());
+    let sweeps = runner.clone().forget_the_gone_until(store.clone(), stopping.clone());
+    // Triggers wait in the fair queue; kube-runtime gets them as it has room. Both end when
+    // the controller is asked to stop, and kube-runtime then finishes the reconciles in flight.
+    let fill = {
+        let queue = queue.clone();
+        triggers
+            .take_until(stopping.clone())
+            .for_each(move |object| futures::future::ready(queue.push(object)))
+    };
+    let turns = futures::stream::unfold(queue.clone(), |queue| async move {
+        let next = queue.next().await;
+        Some((Ok::<_, std::convert::Infallible>(next), queue))
+    })
+    .take_until(stopping.clone());
+    let reconciles = kube::runtime::applier(
+        // Each reconcile in a task of its own, as kube-runtime's `Controller::run` does, so that
+        // reconciles run on every core.
+        |object, runner: Arc<Runner<R>>| {
+            CancelableJoinHandle::spawn(
+                async move { runner.reconcile(object).await }.in_current_span(),
+                &tokio::runtime::Handle::current(),
+            )
+        },
+        |object, error, runner| runner.error_policy(&object, error),
+        runner,
+        store,
+        turns,
+        kube::runtime::controller::Config::default().concurrency(shared.config.concurrency),
+    )
+    .for_each(move |result| {
+        match result {
+            Err(kube::runtime::controller::Error::ObjectNotFound(gone)) => {
+                queue.dropped(&ObjectRef::new(&gone.name).within(gone.namespace.as_deref().unwrap_or_default()));
             }
-            futures::future::ready(())
-        });
-    futures::join!(reconciles, sweeps);
+            Err(error) => tracing::debug!(controller = name, %error, "controller"),
+            Ok(_) => {}
+        }
+        futures::future::ready(())
+    });
+    futures::join!(reconciles, sweeps, fill);
 }
 
 /// How often a controller forgets what it kept about objects that are gone.
@@ -553,6 +602,7 @@ mod tests {
             backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(60)),
             caches,
             stopping: futures::future::pending().boxed().shared(),
+            queue: Arc::new(FairQueue::new(0)),
         };
         (runner, metrics)
     }

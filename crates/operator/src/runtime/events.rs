@@ -11,12 +11,16 @@
 //!   only beyond that;
 //! - a send that fails for a reason that may pass (no answer, 429, 5xx) is retried.
 //!
+//! Namespaces take turns: each has its own line, and the publisher sends one event of each
+//! namespace with events queued in turn, so one tenant's burst of thousands of events delays
+//! another tenant's event by at most one event of each namespace.
+//!
 //! kube-runtime's `Recorder` folds repeats only through a cache of every event it sent for six
 //! minutes, scanned on each publish, which at thousands of objects costs more than the
 //! controllers; folding in the queue costs nothing once sent, so this module writes the Event
 //! itself, in the form `Recorder` writes it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -96,6 +100,12 @@ struct Queue {
 struct State {
     /// In the order they were first queued.
     pending: BTreeMap<u64, Pending>,
+    /// Each namespace's queued events, in the order they were first queued: the namespaces
+    /// take turns, one event each, so that one namespace's burst does not hold back another's
+    /// event.
+    lines: HashMap<Box<str>, VecDeque<u64>>,
+    /// The namespaces with queued events, in the order of their turns.
+    turns: VecDeque<Box<str>>,
     /// The queued event each key folds into.
     by_key: HashMap<u64, u64>,
     next: u64,
@@ -206,12 +216,27 @@ impl State {
         self.next += 1;
         // (A different event with the same key, however unlikely, is queued apart, unfolded.)
         self.by_key.insert(event.key, seq);
+        let namespace: Box<str> = event.regarding.namespace.as_deref().unwrap_or_default().into();
+        let line = self.lines.entry(namespace.clone()).or_default();
+        if line.is_empty() {
+            self.turns.push_back(namespace);
+        }
+        line.push_back(seq);
         self.pending.insert(seq, event);
         Added::New
     }
 
+    /// The first queued event of the namespace whose turn it is.
     fn take(&mut self) -> Option<Pending> {
-        let (seq, event) = self.pending.pop_first()?;
+        let namespace = self.turns.pop_front()?;
+        let line = self.lines.get_mut(&namespace)?;
+        let seq = line.pop_front()?;
+        if line.is_empty() {
+            self.lines.remove(&namespace);
+        } else {
+            self.turns.push_back(namespace);
+        }
+        let event = self.pending.remove(&seq)?;
         if self.by_key.get(&event.key) == Some(&seq) {
             self.by_key.remove(&event.key);
         }
@@ -453,6 +478,28 @@ mod tests {
             ]
         );
         assert!(state.by_key.is_empty());
+    }
+
+    #[test]
+    fn namespaces_take_turns_so_a_burst_does_not_hold_back_another_namespaces_event() {
+        let in_namespace = |namespace: &str, name: &str| {
+            let mut event = pending(name, "1", "synced");
+            event.regarding.namespace = Some(namespace.into());
+            event
+        };
+        let mut state = State::default();
+        for i in 0..10_000 {
+            state.add(in_namespace("burst", &format!("b{i}")));
+        }
+        state.add(in_namespace("quiet", "q0"));
+        state.add(in_namespace("quiet", "q1"));
+        let sent: Vec<String> = std::iter::from_fn(|| state.take())
+            .take(5)
+            .map(|e| e.regarding.name.unwrap())
+            .collect();
+        assert_eq!(sent, ["b0", "q0", "b1", "q1", "b2"]);
+        assert_eq!(std::iter::from_fn(|| state.take()).count(), 10_000 - 3);
+        assert!(state.lines.is_empty() && state.turns.is_empty());
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod children;
 pub mod controller;
 pub mod descriptor;
 pub mod events;
+pub mod fair;
 pub mod health;
 pub mod index;
 pub mod leader;
@@ -40,6 +41,7 @@ pub mod requests;
 pub(crate) mod scenario;
 pub mod server;
 pub mod status;
+pub mod triggers;
 pub mod watch;
 
 use std::sync::Arc;
@@ -51,6 +53,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 pub use controller::{Context, ReconcileError, Reconciler, Wiring, run, start};
+pub use triggers::Triggers;
 pub use descriptor::Descriptor;
 pub use manager::{Manager, Stopping, Supervised};
 pub use watch::Synced;

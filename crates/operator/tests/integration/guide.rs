@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{predicates, watcher};
@@ -20,8 +20,8 @@ use sample_operator::runtime::descriptor::{Descriptor, OwnResource};
 use sample_operator::runtime::status::{Condition, Ready};
 use sample_operator::runtime::watch::{no_index, no_preparation};
 use sample_operator::runtime::{
-    Context, FIELD_MANAGER, Manager, ReconcileError, Reconciler, RuntimeConfig, Shared, Telemetry, Wiring,
-    children,
+    Context, FIELD_MANAGER, Manager, ReconcileError, Reconciler, RuntimeConfig, Shared, Telemetry, Triggers,
+    Wiring, children,
 };
 use serde::{Deserialize, Serialize};
 
@@ -221,7 +221,7 @@ pub fn wiring(shared: &Shared) -> Wiring<GreetingReconciler> {
     Wiring {
         name: DESCRIPTOR.name,
         // A changed or deleted ConfigMap reaches its Greeting through the owner reference.
-        controller: Controller::for_stream(greetings.events, greetings.store).owns_stream(config_maps.events),
+        triggers: Triggers::for_stream(greetings.events, greetings.store).owns_stream(config_maps.events),
         reconciler: GreetingReconciler {
             config_maps: config_maps.store,
         },
