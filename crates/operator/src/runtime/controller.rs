@@ -26,9 +26,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
 use kube::core::object::HasStatus;
 use kube::runtime::controller::Action;
-use kube::runtime::utils::CancelableJoinHandle;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::utils::CancelableJoinHandle;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -37,10 +37,10 @@ use tracing::Instrument;
 use super::backoff::Backoff;
 use super::events::Events;
 use super::fair::FairQueue;
-use super::triggers::Triggers;
 use super::metrics::{Metrics, Outcome};
 use super::own_writes::OwnWrites;
 use super::status::{Conditions, ready_reason, status_differs};
+use super::triggers::Triggers;
 use super::{Shared, Stopping, Synced, resync_ticks};
 
 /// What a controller's own resource must be: a namespaced Kubernetes object of a known type.
@@ -480,7 +480,9 @@ pub async fn run<R: Reconciler>(
     };
     let (store, triggers) = triggers.into_stream();
     shared.metrics.observe_readiness(name, store.clone());
-    let sweeps = runner.clone().forget_the_gone_until(store.clone(), stopping.clone());
+    let sweeps = runner
+        .clone()
+        .forget_the_gone_until(store.clone(), stopping.clone());
     // Triggers wait in the fair queue; kube-runtime gets them as it has room. Both end when
     // the controller is asked to stop, and kube-runtime then finishes the reconciles in flight.
     let fill = {
@@ -512,7 +514,9 @@ pub async fn run<R: Reconciler>(
     .for_each(move |result| {
         match result {
             Err(kube::runtime::controller::Error::ObjectNotFound(gone)) => {
-                queue.dropped(&ObjectRef::new(&gone.name).within(gone.namespace.as_deref().unwrap_or_default()));
+                queue.dropped(
+                    &ObjectRef::new(&gone.name).within(gone.namespace.as_deref().unwrap_or_default()),
+                );
             }
             Err(error) => tracing::debug!(controller = name, %error, "controller"),
             Ok(_) => {}

@@ -184,7 +184,11 @@ mod tests {
     }
 
     fn name(object: &ObjectRef<ConfigMap>) -> String {
-        format!("{}/{}", object.namespace.as_deref().unwrap_or_default(), object.name)
+        format!(
+            "{}/{}",
+            object.namespace.as_deref().unwrap_or_default(),
+            object.name
+        )
     }
 
     /// Hands over and finishes objects one at a time, as a controller of concurrency 1 would.
@@ -215,7 +219,14 @@ mod tests {
         // Each line in turn; each in the order it was asked for.
         assert_eq!(
             order,
-            ["burst/b0", "steady/s0", "single/one", "burst/b1", "steady/s1", "burst/b2"]
+            [
+                "burst/b0",
+                "steady/s0",
+                "single/one",
+                "burst/b1",
+                "steady/s1",
+                "burst/b2"
+            ]
         );
         assert_eq!(queue.depth(), 10_000 + 100 + 1 - 6);
     }
@@ -262,13 +273,21 @@ mod tests {
         queue.started(&first);
         queue.started(&object("other", "retry"));
         queue.finished(&first);
-        assert!(tokio::time::timeout(Duration::from_millis(50), queue.next()).await.is_err());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), queue.next())
+                .await
+                .is_err()
+        );
         queue.finished(&object("other", "retry"));
-        let third = tokio::time::timeout(Duration::from_secs(1), queue.next()).await.unwrap();
+        let third = tokio::time::timeout(Duration::from_secs(1), queue.next())
+            .await
+            .unwrap();
         assert_eq!(name(&third), "ns/o2");
         // One dropped unreconciled (gone from the cache) frees its room.
         queue.dropped(&second);
-        let fourth = tokio::time::timeout(Duration::from_secs(1), queue.next()).await.unwrap();
+        let fourth = tokio::time::timeout(Duration::from_secs(1), queue.next())
+            .await
+            .unwrap();
         assert_eq!(name(&fourth), "ns/o3");
     }
 }

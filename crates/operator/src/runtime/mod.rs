@@ -53,9 +53,9 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 pub use controller::{Context, ReconcileError, Reconciler, Wiring, run, start};
-pub use triggers::Triggers;
 pub use descriptor::Descriptor;
 pub use manager::{Manager, Stopping, Supervised};
+pub use triggers::Triggers;
 pub use watch::Synced;
 
 /// The field manager of every write: one owner for everything the operator applies.

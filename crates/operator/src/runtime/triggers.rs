@@ -83,7 +83,12 @@ where
         self.streams.push(
             ticks
                 .flat_map(move |()| {
-                    futures::stream::iter(store.state().into_iter().map(|object| ObjectRef::from_obj(&*object)))
+                    futures::stream::iter(
+                        store
+                            .state()
+                            .into_iter()
+                            .map(|object| ObjectRef::from_obj(&*object)),
+                    )
                 })
                 .boxed(),
         );

@@ -538,3 +538,58 @@ async fn measure_operator(
     let _ = child.wait().await;
     measured
 }
+
+#[tokio::test]
+async fn one_namespaces_thousand_resources_do_not_hold_back_anothers_one() {
+    // This test's operator watches every namespace: .config/nextest.toml runs it alone.
+    let client = client_with_crds().await;
+    let burst = TestNamespace::create(&client, "mcr-fair-burst").await;
+    let quiet = TestNamespace::create(&client, "mcr-fair-quiet").await;
+    let (burst_mcrs, quiet_mcrs) = (burst.api::<MyCustomResource>(), quiet.api::<MyCustomResource>());
+    // A thousand waiting when the operator starts: its first list queues them all at once.
+    const BURST: usize = 1_000;
+    futures::stream::iter(0..BURST)
+        .map(|i| {
+            let mcrs = burst_mcrs.clone();
+            async move {
+                mcrs.create(
+                    &PostParams::default(),
+                    &my_custom_resource(&format!("b{i}"), "absent"),
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    // One reconcile at a time, so that the queue's order is the order of the work.
+    let mut run = config(None, &[ControllerName::MyCustomResource]);
+    run.runtime.concurrency = 1;
+    let operator = Operator::start_with(run).await;
+    quiet_mcrs
+        .create(&PostParams::default(), &my_custom_resource("one", "absent"))
+        .await
+        .unwrap();
+    let reported = testing::poll(TIMEOUT, async || {
+        let one = quiet_mcrs.get("one").await.unwrap();
+        one.status.is_some().then_some(())
+    })
+    .await;
+    assert!(reported.is_some(), "the quiet namespace's resource got no status");
+    let waiting = burst_mcrs
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|m| m.status.is_none())
+        .count();
+    // In turns, the quiet namespace's one ran next after the burst's current one; in the
+    // order asked, it would have run after all of them.
+    assert!(
+        waiting >= BURST / 2,
+        "only {waiting} of the burst's {BURST} were still waiting when the other namespace's one was reconciled"
+    );
+    operator.stop().await;
+}
