@@ -151,8 +151,9 @@ pub fn wiring<K: Kind>(shared: &Shared, settings: &Settings) -> Wiring<FooReconc
         no_preparation,
         move |event| follow.apply(event),
     );
-    // Any other Deployment may be in a Foo's way: its changes and deletion are watched (their
-    // metadata, not cached) and reach the Foos that name it.
+    // Any other Deployment may be in a Foo's way: watched (its metadata, not cached), its
+    // deletion or a change of its owners reaches the Foos that name it; its other changes (a
+    // status update every few seconds) wake no one.
     let foreign = shared.watch_triggers(
         shared.api::<PartialObjectMeta<Deployment>>(),
         "foreign-deployments",

@@ -213,23 +213,47 @@ impl State {
 
     /// Every claim in `bucket` whose prefix overlaps `prefix`.
     fn overlapping(&self, bucket: &str, prefix: &IpPrefix) -> Vec<(&Claimant, IpPrefix)> {
-        let Some(prefixes) = self.namespaces.get(bucket) else {
-            return Vec::new();
-        };
+        self.overlapping_prefixes(bucket, prefix)
+            .flat_map(|holders| holders.claimants.iter().map(|c| (c, holders.prefix)))
+            .collect()
+    }
+
+    /// The oldest claim in `bucket` older than `me` whose prefix overlaps `prefix`: the oldest
+    /// older one of each overlapping prefix, the first of its sorted claimants, so that a
+    /// thousand Networks of one prefix cost one lookup each, not a thousand.
+    fn oldest_older(&self, bucket: &str, prefix: &IpPrefix, me: &Claimant) -> Option<(&Claimant, IpPrefix)> {
+        self.overlapping_prefixes(bucket, prefix)
+            .filter_map(|holders| {
+                holders
+                    .claimants
+                    .range(..me)
+                    .find(|c| c.name != me.name || c.namespace != me.namespace)
+                    .map(|claimant| (claimant, holders.prefix))
+            })
+            .min_by(|a, b| a.0.cmp(b.0))
+    }
+
+    /// The prefixes in `bucket` that overlap `prefix`, with their claimants.
+    fn overlapping_prefixes<'a>(
+        &'a self,
+        bucket: &str,
+        prefix: &IpPrefix,
+    ) -> impl Iterator<Item = &'a Holders> {
+        let prefixes = self.namespaces.get(bucket);
+        let prefix = *prefix;
         // Wider prefixes containing this one: each is this one truncated to its length.
-        let wider = (0..prefix.prefix_len()).filter_map(|len| prefixes.get(&key(&prefix.truncate(len))));
+        let wider = (0..prefix.prefix_len())
+            .filter_map(move |len| prefixes.and_then(|p| p.get(&key(&prefix.truncate(len)))));
         // This prefix and the narrower ones inside it: they start within its range, at its
         // length or longer. (A wider one starting there starts at its first address with a
         // shorter length, which sorts before the range.)
         let (first, last) = prefix.range();
         let (family, len) = (prefix.family(), prefix.prefix_len());
         let inside = prefixes
-            .range((family, first, len)..=(family, last, u8::MAX))
+            .into_iter()
+            .flat_map(move |p| p.range((family, first, len)..=(family, last, u8::MAX)))
             .map(|(_, holders)| holders);
-        wider
-            .chain(inside)
-            .flat_map(|holders| holders.claimants.iter().map(|c| (c, holders.prefix)))
-            .collect()
+        wider.chain(inside)
     }
 
     /// The Networks newer than `claim`'s that overlap its prefix: the ones whose decision a
@@ -377,13 +401,8 @@ impl PrefixIndex {
         let bucket = self.scope.bucket(&network.namespace()?);
         let me = Claimant::of(network);
         let state = self.live.read().unwrap_or_else(|e| e.into_inner());
-        let overlapping = state.overlapping(&bucket, prefix);
-        winner_over(
-            &me,
-            overlapping
-                .into_iter()
-                .filter(|(claimant, _)| claimant.name != me.name || claimant.namespace != me.namespace),
-        )
+        // Only older claimants count, and the Network itself is never older than itself.
+        winner_over(&me, state.oldest_older(&bucket, prefix, &me))
     }
 }
 
@@ -655,5 +674,46 @@ mod tests {
         assert_eq!(winner(&index, &blocked), Some("old".into()));
         assert_eq!(names(index.apply(&Event::InitDone)), ["blocked"]);
         assert_eq!(winner(&index, &blocked), None);
+    }
+
+    #[test]
+    fn among_many_overlapping_networks_each_yields_to_the_oldest_older_one() {
+        // Same prefixes many times over, nested ones, and ties on the second: the index's
+        // answer (one lookup per overlapping prefix) is the one a scan of every Network gives.
+        let index = permissive();
+        let cidrs = [
+            "10.0.0.0/16",
+            "10.0.0.0/24",
+            "10.0.1.0/24",
+            "10.0.0.0/8",
+            "10.0.0.128/25",
+        ];
+        let networks: Vec<Network> = (0..1_000)
+            .map(|i| {
+                net(
+                    "ns",
+                    &format!("n{i:04}"),
+                    cidrs[(i * 7) % cidrs.len()],
+                    (i % 37) as i64,
+                )
+            })
+            .collect();
+        for network in &networks {
+            index.apply(&Event::Apply(network.clone()));
+        }
+        let scan = |me: &Network| {
+            let mine = me.validate().unwrap().prefix;
+            let claimants: Vec<(Claimant, IpPrefix)> = networks
+                .iter()
+                .filter(|other| other.name_any() != me.name_any())
+                .map(|other| (Claimant::of(other), other.validate().unwrap().prefix))
+                .filter(|(_, prefix)| prefix.overlaps(&mine))
+                .collect();
+            winner_over(&Claimant::of(me), claimants.iter().map(|(c, p)| (c, *p))).map(|o| o.name)
+        };
+        for network in &networks {
+            assert_eq!(winner(&index, network), scan(network), "{}", network.name_any());
+        }
+        assert_eq!(winner(&index, &networks[0]), None, "the oldest yields to none");
     }
 }

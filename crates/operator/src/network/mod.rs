@@ -264,9 +264,9 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<
             tokio::spawn(multus::warn_if_missing(
                 shared.api::<NetworkAttachmentDefinition>(),
             ));
-            // Any other definition may be in a Network's way (it has the Network's name): its
-            // changes and deletion are watched (their metadata, not cached) and reach the
-            // Network of that name at once.
+            // Any other definition may be in a Network's way (it has the Network's name):
+            // watched (its metadata, not cached), its deletion or a change of its owners
+            // reaches the Network of that name at once; its other changes wake no one.
             let foreign = shared.watch_triggers(
                 shared.api::<PartialObjectMeta<NetworkAttachmentDefinition>>(),
                 "foreign-network-attachment-definitions",

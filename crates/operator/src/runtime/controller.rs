@@ -194,6 +194,8 @@ struct Runner<R: Reconciler> {
     stopping: SharedFuture<BoxFuture<'static, ()>>,
     /// Where triggers wait their namespace's turn; told when each reconcile starts and ends.
     queue: Arc<FairQueue<R::Object>>,
+    /// The controller's cache, read again as a reconcile starts (none in scenario tests).
+    store: Option<Store<R::Object>>,
 }
 
 /// Tells the queue that a reconcile ended, however it ends.
@@ -222,7 +224,7 @@ impl<R: Reconciler> Runner<R> {
     async fn reconcile(&self, object: Arc<R::Object>) -> Result<Action, Failure<R::Error>> {
         let object_ref = ObjectRef::from_obj(&*object);
         self.queue.started(&object_ref);
-        let _running = Running {
+        let running = Running {
             queue: &self.queue,
             object: object_ref,
         };
@@ -230,6 +232,15 @@ impl<R: Reconciler> Runner<R> {
             // Stopping: the object is reconciled by whoever runs next.
             return Ok(Action::await_change());
         }
+        // kube-runtime read the cache when it took the object, and the task may start a while
+        // later: in between, the watch may have delivered our last status write, and
+        // `OwnWrites` forgotten it, so that the earlier copy would look as if that write had
+        // never happened. Read again now.
+        let object = self
+            .store
+            .as_ref()
+            .and_then(|store| store.get(&running.object))
+            .unwrap_or(object);
         let object = self.context.own_writes.latest(object);
         let span = tracing::info_span!("reconcile", controller = self.name, object = %describe(&*object));
         let timer = self.context.metrics.reconcile(self.name);
@@ -350,6 +361,7 @@ pub(crate) async fn retries<R: Reconciler>(
         caches: Vec::new(),
         stopping: futures::future::pending().boxed().shared(),
         queue: Arc::new(FairQueue::new(0)),
+        store: None,
     };
     let object = Arc::new(object);
     let start = tokio::time::Instant::now();
@@ -450,6 +462,11 @@ pub async fn run<R: Reconciler>(
     } = wiring;
     let stopping = shutdown.boxed().shared();
     let queue = Arc::new(FairQueue::new(shared.config.concurrency));
+    let triggers = match shared.config.resync {
+        Some(interval) => triggers.reconcile_all_on(resync_ticks(interval)),
+        None => triggers,
+    };
+    let (store, triggers) = triggers.into_stream();
     let runner = Arc::new(Runner {
         name,
         reconciler,
@@ -463,6 +480,7 @@ pub async fn run<R: Reconciler>(
         caches,
         stopping: stopping.clone(),
         queue: queue.clone(),
+        store: Some(store.clone()),
     });
 
     let ready = runner.clone();
@@ -474,11 +492,6 @@ pub async fn run<R: Reconciler>(
     });
 
     shared.metrics.controller_started(name, shared.config.concurrency);
-    let triggers = match shared.config.resync {
-        Some(interval) => triggers.reconcile_all_on(resync_ticks(interval)),
-        None => triggers,
-    };
-    let (store, triggers) = triggers.into_stream();
     shared.metrics.observe_readiness(name, store.clone());
     let sweeps = runner
         .clone()
@@ -487,9 +500,10 @@ pub async fn run<R: Reconciler>(
     // the controller is asked to stop, and kube-runtime then finishes the reconciles in flight.
     let fill = {
         let queue = queue.clone();
-        triggers
-            .take_until(stopping.clone())
-            .for_each(move |object| futures::future::ready(queue.push(object)))
+        triggers.take_until(stopping.clone()).for_each(move |object| {
+            queue.push(object);
+            futures::future::ready(())
+        })
     };
     let turns = futures::stream::unfold(queue.clone(), |queue| async move {
         let next = queue.next().await;
@@ -607,6 +621,7 @@ mod tests {
             caches,
             stopping: futures::future::pending().boxed().shared(),
             queue: Arc::new(FairQueue::new(0)),
+            store: None,
         };
         (runner, metrics)
     }

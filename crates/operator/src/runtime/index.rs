@@ -5,7 +5,7 @@
 //! controls it; a Pod name to the resources that name it). It follows the watcher's events,
 //! including re-lists, where the new state replaces the old one as a whole once it is complete.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::{Arc, RwLock};
 
@@ -41,9 +41,65 @@ impl Name {
     }
 }
 
+/// The objects that have one key. A key has one object or a few, so a list costs less memory
+/// than a set; beyond [`FEW`] it is a set, so that adding or removing one of many objects that
+/// share a key (a thousand resources naming one Pod) costs the same as one of a few.
+#[derive(Debug)]
+enum Members {
+    Few(Vec<Name>),
+    Many(HashSet<Name>),
+}
+
+/// The most objects of one key kept as a list.
+const FEW: usize = 16;
+
+impl Members {
+    fn one(name: Name) -> Self {
+        // Room for one: Vec's first push would make room for four.
+        Members::Few(vec![name])
+    }
+
+    fn add(&mut self, name: Name) {
+        match self {
+            Members::Few(names) if names.contains(&name) => {}
+            Members::Few(names) if names.len() < FEW => names.push(name),
+            Members::Few(names) => {
+                let mut set: HashSet<Name> = names.drain(..).collect();
+                set.insert(name);
+                *self = Members::Many(set);
+            }
+            Members::Many(set) => {
+                set.insert(name);
+            }
+        }
+    }
+
+    fn remove(&mut self, name: &Name) {
+        match self {
+            Members::Few(names) => names.retain(|n| n != name),
+            Members::Many(set) => {
+                set.remove(name);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Members::Few(names) => names.is_empty(),
+            Members::Many(set) => set.is_empty(),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = &Name> + '_> {
+        match self {
+            Members::Few(names) => Box::new(names.iter()),
+            Members::Many(set) => Box::new(set.iter()),
+        }
+    }
+}
+
 struct Maps<Key> {
-    /// A key has one object or a few, so a list costs less memory than a set.
-    by_key: HashMap<Key, Vec<Name>>,
+    by_key: HashMap<Key, Members>,
     keys_of: HashMap<Name, Box<[Key]>>,
 }
 
@@ -58,15 +114,17 @@ impl<Key> Default for Maps<Key> {
 
 impl<Key: Eq + Hash + Clone> Maps<Key> {
     fn insert(&mut self, name: Name, keys: Vec<Key>) {
+        // Most events of an indexed object (its status written) leave its keys as they were.
+        if self.keys_of.get(&name).is_some_and(|old| **old == *keys) {
+            return;
+        }
         self.remove(&name);
         for key in &keys {
-            // Vec's first allocation would hold four.
-            let objects = self
-                .by_key
-                .entry(key.clone())
-                .or_insert_with(|| Vec::with_capacity(1));
-            if !objects.contains(&name) {
-                objects.push(name.clone());
+            match self.by_key.get_mut(key) {
+                Some(members) => members.add(name.clone()),
+                None => {
+                    self.by_key.insert(key.clone(), Members::one(name.clone()));
+                }
             }
         }
         if !keys.is_empty() {
@@ -77,9 +135,9 @@ impl<Key: Eq + Hash + Clone> Maps<Key> {
 
     fn remove(&mut self, name: &Name) {
         for key in self.keys_of.remove(name).unwrap_or_default() {
-            if let Some(objects) = self.by_key.get_mut(&key) {
-                objects.retain(|o| o != name);
-                if objects.is_empty() {
+            if let Some(members) = self.by_key.get_mut(&key) {
+                members.remove(name);
+                if members.is_empty() {
                     self.by_key.remove(&key);
                 }
             }
@@ -149,7 +207,7 @@ where
             .expect("index lock")
             .by_key
             .get(key)
-            .map(|names| names.iter().map(Name::to_ref).collect())
+            .map(|members| members.iter().map(Name::to_ref).collect())
             .unwrap_or_default()
     }
 
@@ -227,7 +285,7 @@ mod tests {
         let maps = index.live.read().unwrap();
         let name = Name::of(&object);
         assert_eq!(maps.keys_of[&name].len(), 1);
-        assert_eq!(maps.by_key[&"x".to_owned()].capacity(), 1);
+        assert!(matches!(&maps.by_key[&"x".to_owned()], Members::Few(names) if names.capacity() == 1));
         drop(maps);
         // An update finds the entry the slim reference made, so the object is indexed once.
         object.metadata.resource_version = Some("43".into());
@@ -247,5 +305,24 @@ mod tests {
         assert_eq!(names(index.get(&"x".into())), ["gone"]);
         index.apply(&Event::InitDone);
         assert_eq!(names(index.get(&"x".into())), ["new"]);
+    }
+
+    #[test]
+    fn many_objects_of_one_key_are_kept_in_a_set_and_found_all() {
+        let index = index();
+        for i in 0..10_000 {
+            index.apply(&Event::Apply(cm(&format!("o{i}"), "one-pod")));
+        }
+        assert!(matches!(
+            &index.live.read().unwrap().by_key[&"one-pod".to_owned()],
+            Members::Many(set) if set.len() == 10_000
+        ));
+        // An update that keeps the keys, a move to another key, a deletion.
+        index.apply(&Event::Apply(cm("o1", "one-pod")));
+        index.apply(&Event::Apply(cm("o2", "other")));
+        index.apply(&Event::Delete(cm("o3", "one-pod")));
+        assert_eq!(index.get(&"one-pod".into()).len(), 9_998);
+        assert_eq!(names(index.get(&"other".into())), ["o2"]);
+        assert_eq!(index.len(), 9_999);
     }
 }

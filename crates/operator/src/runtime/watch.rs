@@ -259,10 +259,11 @@ impl Shared {
         Followed { events, synced }
     }
 
-    /// Watches `api`'s objects (as `selection` says) without caching them: the changed and
-    /// deleted ones, for a controller to map to its objects. For objects that only ever
-    /// trigger, such as a foreign object in the way of one of the controller's; watched as
-    /// `PartialObjectMeta`, their metadata is all that comes, and none is kept.
+    /// Watches `api`'s objects (as `selection` says) without caching them, for a controller to
+    /// map to its objects: those whose change may end what they block ([`owner_changes`]).
+    /// For objects that only ever trigger, such as a foreign object in the way of one of the
+    /// controller's; watched as `PartialObjectMeta`, their metadata is all that comes, and of
+    /// each only two hashes are kept.
     pub fn watch_triggers<C>(
         &self,
         api: Api<C>,
@@ -273,12 +274,75 @@ impl Shared {
         C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
         let selection = self.config.initial_list.apply(selection);
-        watcher::watcher(api, selection)
-            .default_backoff()
-            .inspect(self.metrics.watch_observer(name))
-            .touched_objects()
-            .boxed()
+        owner_changes(
+            watcher::watcher(api, selection)
+                .default_backoff()
+                .inspect(self.metrics.watch_observer(name)),
+        )
+        .boxed()
     }
+}
+
+/// The objects of a trigger watch whose change may end what they block: one seen for the first
+/// time (also at a re-list), one whose owner references changed (adopted or let go), and one
+/// deleted (or moved out of the watch's selection, which the API server reports as a
+/// deletion). Any other change (its status, its spec, its annotations) passes by: a controller's
+/// object waits for a foreign object in its way to go or to become its own, never for it to
+/// change otherwise, and a busy foreign Deployment would otherwise wake every object it blocks
+/// on each of its status updates.
+pub fn owner_changes<C: Resource>(
+    events: impl futures::Stream<Item = Result<Event<C>, watcher::Error>>,
+) -> impl futures::Stream<Item = Result<C, watcher::Error>> {
+    use std::collections::HashMap;
+    use std::hash::{BuildHasher, RandomState};
+    let hashes = RandomState::new();
+    // The hash of an object's namespace and name, and the hash of its owner references.
+    let hash = move |object: &C| {
+        let meta = object.meta();
+        let owners: Vec<(&str, bool)> = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|o| (o.uid.as_str(), o.controller == Some(true)))
+            .collect();
+        (
+            hashes.hash_one((meta.namespace.as_deref(), meta.name.as_deref())),
+            hashes.hash_one(owners),
+        )
+    };
+    // By the hash of each object's namespace and name, the hash of its owners.
+    let mut seen: HashMap<u64, u64> = HashMap::new();
+    let mut relisted: Option<HashMap<u64, u64>> = None;
+    events.try_filter_map(move |event| {
+        let passed = match event {
+            Event::Apply(object) => {
+                let (key, owners) = hash(&object);
+                (seen.insert(key, owners) != Some(owners)).then_some(object)
+            }
+            Event::Delete(object) => {
+                seen.remove(&hash(&object).0);
+                Some(object)
+            }
+            Event::Init => {
+                relisted = Some(HashMap::new());
+                None
+            }
+            Event::InitApply(object) => {
+                let (key, owners) = hash(&object);
+                if let Some(relisted) = relisted.as_mut() {
+                    relisted.insert(key, owners);
+                }
+                (seen.get(&key) != Some(&owners)).then_some(object)
+            }
+            Event::InitDone => {
+                if let Some(relisted) = relisted.take() {
+                    seen = relisted;
+                }
+                None
+            }
+        };
+        futures::future::ready(Ok(passed))
+    })
 }
 
 /// Drops what no reconcile reads and whose size the object's writer, not the operator, decides:
@@ -387,5 +451,53 @@ mod tests {
         let (synced, mark) = Synced::new::<ConfigMap>();
         drop(mark);
         assert!(!synced.wait().await);
+    }
+
+    #[tokio::test]
+    async fn a_trigger_watch_passes_on_coming_going_and_a_change_of_owner_only() {
+        let object = |name: &str, owner: Option<&str>, data: &str| {
+            let mut cm = ConfigMap::default();
+            cm.metadata.namespace = Some("ns".into());
+            cm.metadata.name = Some(name.into());
+            cm.metadata.owner_references = owner.map(|uid| {
+                vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    uid: uid.into(),
+                    controller: Some(true),
+                    ..Default::default()
+                }]
+            });
+            cm.data = Some([("k".to_owned(), data.to_owned())].into());
+            cm
+        };
+        let events = vec![
+            Event::Init,
+            Event::InitApply(object("a", None, "1")),
+            Event::InitApply(object("b", None, "1")),
+            Event::InitDone,
+            // Changes that end no conflict: nothing passes.
+            Event::Apply(object("a", None, "2")),
+            Event::Apply(object("a", None, "3")),
+            // Adopted, then let go: each passes.
+            Event::Apply(object("a", Some("uid-1"), "3")),
+            Event::Apply(object("a", Some("uid-1"), "4")),
+            Event::Apply(object("a", None, "4")),
+            // Gone: passes.
+            Event::Delete(object("b", None, "1")),
+            // A re-list: what is unchanged since passes by; what is new or changed passes.
+            Event::Init,
+            Event::InitApply(object("a", None, "5")),
+            Event::InitApply(object("c", None, "1")),
+            Event::InitDone,
+            Event::Apply(object("c", None, "2")),
+            Event::Apply(object("b", None, "2")),
+        ];
+        let passed: Vec<String> = owner_changes(futures::stream::iter(events.into_iter().map(Ok)))
+            .map(|object| {
+                let object = object.unwrap();
+                format!("{}:{}", object.name_any(), object.data.unwrap()["k"])
+            })
+            .collect()
+            .await;
+        assert_eq!(passed, ["a:1", "b:1", "a:3", "a:4", "b:1", "c:1", "b:2"]);
     }
 }
