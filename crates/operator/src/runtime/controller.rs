@@ -1,7 +1,7 @@
-//! The shared reconcile loop around kube-runtime's `Controller`.
+//! The shared reconcile loop around kube-runtime's `applier`.
 //!
-//! A controller module gives the runtime a [`Wiring`]: the kube-runtime `Controller` built
-//! from its watches (which say what triggers a reconcile), the caches its reconcile reads, and
+//! A controller module gives the runtime a [`Wiring`]: its [`Triggers`], built from its
+//! watches (which say what triggers a reconcile), the caches its reconcile reads, and
 //! a [`Reconciler`], whose `reconcile` is the domain's short driver of named steps. [`run`]
 //! does the rest, the same for every controller:
 //!
@@ -14,7 +14,9 @@
 //!    [`ReconcileError::max_delay`]), reset by the next success, which kube-runtime's
 //!    `error_policy` never hears of; a terminal error, such as an invalid spec, is not retried:
 //!    the object waits for a change (controller-runtime's `TerminalError`);
-//! 5. `/readyz` reports the controller ready once its caches are synced.
+//! 5. `/readyz` reports the controller ready once its caches are synced;
+//! 6. triggers wait in a [`FairQueue`], where namespaces take turns, and go on to kube-runtime
+//!    as it has room.
 
 use std::fmt::Debug;
 use std::sync::Arc;

@@ -1,10 +1,12 @@
 //! The reconcile runtime: everything the controllers share, so that a controller module holds
 //! only its domain.
 //!
-//! kube-runtime's [`Controller`](kube::runtime::Controller) does the queueing (de-duplicated
-//! triggers, no two reconciles of one object at once, requeues). Around it this module adds
-//! what an operator in production needs and what every controller would otherwise write again:
+//! kube-runtime's [`applier`](kube::runtime::applier) runs the reconciles (no two of one object
+//! at once, requeues and retries on its own timers). Around it this module adds what an
+//! operator in production needs and what every controller would otherwise write again:
 //!
+//! - [`triggers`] and [`fair`]: what triggers a controller (built as kube-runtime's `Controller`
+//!   is) and the work queue those triggers wait in, where namespaces take turns;
 //! - [`controller`]: the [`Reconciler`] a controller module implements, and [`run`], which
 //!   wraps its reconcile with readiness, timing, metrics, tracing, per-object backoff that resets
 //!   on success, and the rule that a terminal error (an invalid spec) waits for a change;
