@@ -46,6 +46,56 @@ pub enum Command {
         #[arg(long)]
         example_com: bool,
     },
+    /// Run on a node (the chart's node clean-up DaemonSet): remove the bridges and address
+    /// pools of the Multus backend's Networks that no longer exist, once no Pod uses them, and
+    /// report a Multus without namespaceIsolation.
+    NodeCleanup(NodeCleanupArgs),
+}
+
+/// The node clean-up's settings: in a Pod on the node, with the host's network, its CNI
+/// configuration and host-local's data folder mounted.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodeCleanupArgs {
+    /// The node's name (the downward API's spec.nodeName), for the Event of a Multus without
+    /// namespaceIsolation; unset, it is only logged.
+    #[arg(long, env = "SAMPLE_OPERATOR_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// The node's CNI configuration folder, where Multus' configuration is read.
+    #[arg(
+        long,
+        env = "SAMPLE_OPERATOR_CNI_CONF_DIR",
+        default_value = "/etc/cni/net.d",
+        value_name = "DIR"
+    )]
+    pub cni_conf_dir: PathBuf,
+    /// host-local's data folder, where the Networks' address pools are (its default); empty
+    /// leaves the pools alone.
+    #[arg(
+        long,
+        env = "SAMPLE_OPERATOR_CNI_IPAM_DIR",
+        default_value = "/var/lib/cni/networks",
+        value_name = "DIR"
+    )]
+    pub cni_ipam_dir: PathBuf,
+    /// How often the node's bridges and pools are looked at, in seconds.
+    #[arg(long, env = "SAMPLE_OPERATOR_CLEANUP_INTERVAL_SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub cleanup_interval_seconds: u64,
+    /// How long a bridge or pool must stay unused, seen so in passes this far apart, before
+    /// it is removed, in seconds.
+    #[arg(long, env = "SAMPLE_OPERATOR_CLEANUP_GRACE_SECONDS", default_value_t = 60)]
+    pub cleanup_grace_seconds: u64,
+}
+
+impl NodeCleanupArgs {
+    pub fn settings(&self) -> crate::node_cleanup::Settings {
+        crate::node_cleanup::Settings {
+            node_name: self.node_name.clone().filter(|n| !n.is_empty()),
+            cni_conf_dir: self.cni_conf_dir.clone(),
+            ipam_dir: (!self.cni_ipam_dir.as_os_str().is_empty()).then(|| self.cni_ipam_dir.clone()),
+            interval: Duration::from_secs(self.cleanup_interval_seconds),
+            grace: Duration::from_secs(self.cleanup_grace_seconds),
+        }
+    }
 }
 
 /// Where the cluster is and how to reach it.
@@ -412,6 +462,16 @@ pub fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
         Command::Crd { example_com } => print_crds(example_com),
+        Command::NodeCleanup(args) => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime,
+                Err(e) => return fail(format!("cannot start the async runtime: {e}")),
+            };
+            match runtime.block_on(run_node_cleanup(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(message) => fail(message),
+            }
+        }
         Command::Run(run) => {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
@@ -475,6 +535,18 @@ pub async fn kube_config(args: &ClusterArgs) -> Result<kube::Config, String> {
             .map_err(|e| format!("--master {master:?} is not a URL: {e}"))?;
     }
     Ok(config)
+}
+
+async fn run_node_cleanup(args: NodeCleanupArgs) -> Result<(), String> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let config = kube_config(&ClusterArgs::default()).await?;
+    let server = config.cluster_url.to_string();
+    let client =
+        kube::Client::try_from(config).map_err(|e| format!("cannot build a client for {server}: {e}"))?;
+    crate::node_cleanup::run(client, args.settings()).await
 }
 
 async fn run_operator(args: RunArgs) -> Result<(), String> {
@@ -796,7 +868,7 @@ mod tests {
         let argv = ["sample-operator", "run"].iter().chain(args);
         match Args::try_parse_from(argv)?.command {
             Command::Run(run) => Ok(*run),
-            Command::Crd { .. } => unreachable!("run was given"),
+            Command::Crd { .. } | Command::NodeCleanup(_) => unreachable!("run was given"),
         }
     }
 

@@ -14,6 +14,7 @@ mod doc_tables;
 pub mod foo;
 pub mod my_custom_resource;
 pub mod network;
+pub mod node_cleanup;
 pub mod runtime;
 
 use futures::future::BoxFuture;
