@@ -198,6 +198,21 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
             ]),
         ),
         (
+            "the node clean-up, on the nodes that attach Networks",
+            sets(&[
+                "nodeCleanup.enabled=true",
+                "nodeCleanup.cniConfDir=/etc/kubernetes/cni/net.d",
+                "nodeCleanup.ipamDir=/var/lib/cni/pools",
+                "nodeCleanup.intervalSeconds=10",
+                "nodeCleanup.graceSeconds=120",
+                "nodeCleanup.nodeSelector.multus=attached",
+                "nodeCleanup.tolerations[0].key=dedicated",
+                "nodeCleanup.tolerations[0].operator=Exists",
+                "nodeCleanup.resources.limits.memory=128Mi",
+                "nodeCleanup.resources.requests.memory=128Mi",
+            ]),
+        ),
+        (
             "one namespace, example.com, Neutron, no election, own spread, no NetworkPolicy",
             [
                 sets(&[
@@ -495,6 +510,16 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
             "networkAddressPolicy.serviceCIDRs[0]=10.96.0.0",
             "/networkAddressPolicy/serviceCIDRs/0",
         ),
+        (
+            "nodeCleanup.enabled=true,rbac.clusterWide=false,watchNamespace=a,metrics.secure=false",
+            "nodeCleanup.enabled needs rbac.clusterWide",
+        ),
+        (
+            "nodeCleanup.enabled=true,networkBackend=neutron,networkPolicy.enabled=false",
+            "nodeCleanup.enabled is for networkBackend=multus",
+        ),
+        ("nodeCleanup.ipamDir=var/lib/cni", "/nodeCleanup/ipamDir"),
+        ("nodeCleanup.intervalSeconds=0", "/nodeCleanup/intervalSeconds"),
     ] {
         let error = render(&[set.to_owned()])
             .await
@@ -783,6 +808,7 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
         }
         assert_foo_deployments(name, &objects, has(UNPRIVILEGED_NGINX), has(TUTORIAL_TEMPLATE));
         assert_values_reach_the_operator(name, &sets, &objects);
+        assert_node_cleanup(name, &sets, &objects);
         let image = pod["containers"][0]["image"].as_str().unwrap();
         if sets.iter().any(|s| s.starts_with("image.digest=")) {
             assert_eq!(image, format!("sample-operator@{DIGEST}"));
@@ -1006,6 +1032,126 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
         has("podDisruptionBudget.enabled=false") || has("replicaCount=1"),
         "{name}: a PodDisruptionBudget unless disabled or alone"
     );
+}
+
+/// The node clean-up's DaemonSet, when asked for: its values reach the `node-cleanup` command
+/// as the operator parses them, it runs with NET_ADMIN alone in the host's network, on the
+/// nodes asked for, under a ServiceAccount of its own that may only read attachment
+/// definitions and record Events, and no Service, budget or policy of the operator selects it.
+fn assert_node_cleanup(name: &str, sets: &[String], objects: &[serde_json::Value]) {
+    use sample_operator::cli::{Args, Command};
+    let has = |set: &str| sets.iter().any(|s| s == set);
+    let daemon_set = find(objects, "DaemonSet");
+    assert_eq!(daemon_set.is_some(), has("nodeCleanup.enabled=true"), "{name}");
+    let Some(daemon_set) = daemon_set else { return };
+    let pod = &daemon_set["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned());
+    let parsed =
+        <Args as clap::Parser>::try_parse_from(std::iter::once("sample-operator".to_owned()).chain(args))
+            .unwrap_or_else(|e| panic!("{name}: the clean-up's arguments: {e}"));
+    let Command::NodeCleanup(cleanup) = parsed.command else {
+        panic!("{name}: the DaemonSet runs `node-cleanup`")
+    };
+    let settings = cleanup.settings();
+    assert_eq!(
+        settings.cni_conf_dir.to_str(),
+        Some("/etc/kubernetes/cni/net.d"),
+        "{name}"
+    );
+    assert_eq!(
+        settings.ipam_dir.as_deref().and_then(|d| d.to_str()),
+        Some("/var/lib/cni/pools"),
+        "{name}"
+    );
+    assert_eq!(settings.interval.as_secs(), 10, "{name}");
+    assert_eq!(settings.grace.as_secs(), 120, "{name}");
+    // What is mounted is what the command reads; the configuration read-only.
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    let volumes = pod["volumes"].as_array().unwrap();
+    for (dir, read_only) in [("/etc/kubernetes/cni/net.d", true), ("/var/lib/cni/pools", false)] {
+        let mount = mounts
+            .iter()
+            .find(|m| m["mountPath"] == dir)
+            .unwrap_or_else(|| panic!("{name}: {dir} mounted"));
+        assert_eq!(
+            mount["readOnly"].as_bool().unwrap_or(false),
+            read_only,
+            "{name}: {dir}"
+        );
+        let volume = volumes.iter().find(|v| v["name"] == mount["name"]).unwrap();
+        assert_eq!(volume["hostPath"]["path"], dir, "{name}");
+    }
+    assert_eq!(volumes.len(), 2, "{name}: no other host folder");
+    assert_eq!(pod["hostNetwork"], true, "{name}");
+    assert_eq!(pod["nodeSelector"]["multus"], "attached", "{name}");
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated", "{name}");
+    assert_eq!(container["resources"]["limits"]["memory"], "128Mi", "{name}");
+    let env = container["env"].as_array().unwrap();
+    assert_eq!(env[0]["name"], "SAMPLE_OPERATOR_NODE_NAME", "{name}");
+    assert_eq!(
+        env[0]["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName",
+        "{name}"
+    );
+    let context = &container["securityContext"];
+    assert_eq!(
+        context["capabilities"]["drop"],
+        serde_json::json!(["ALL"]),
+        "{name}"
+    );
+    assert_eq!(
+        context["capabilities"]["add"],
+        serde_json::json!(["NET_ADMIN"]),
+        "{name}"
+    );
+    assert_eq!(context["readOnlyRootFilesystem"], true, "{name}");
+    assert_eq!(context["allowPrivilegeEscalation"], false, "{name}");
+    assert!(context.get("privileged").is_none(), "{name}");
+    // Its own account, allowed to read the definitions and record Events, nothing else.
+    let account = pod["serviceAccountName"].as_str().unwrap();
+    let operator =
+        find(objects, "Deployment").unwrap()["spec"]["template"]["spec"]["serviceAccountName"].clone();
+    assert_ne!(operator, account, "{name}");
+    let binding = objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRoleBinding" && o["subjects"][0]["name"] == account)
+        .unwrap_or_else(|| panic!("{name}: the clean-up's binding"));
+    let role = objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == binding["roleRef"]["name"])
+        .unwrap();
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": ["k8s.cni.cncf.io"], "resources": ["network-attachment-definitions"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+        ]),
+        "{name}"
+    );
+    // Nothing of the operator's selects the clean-up's Pods.
+    let labels = &daemon_set["spec"]["template"]["metadata"]["labels"];
+    let selects = |selector: &serde_json::Value| {
+        selector
+            .as_object()
+            .is_some_and(|s| !s.is_empty() && s.iter().all(|(k, v)| &labels[k] == v))
+    };
+    for object in objects {
+        let selector = match object["kind"].as_str().unwrap() {
+            "Service" => &object["spec"]["selector"],
+            "Deployment" | "PodDisruptionBudget" => &object["spec"]["selector"]["matchLabels"],
+            "NetworkPolicy" => &object["spec"]["podSelector"]["matchLabels"],
+            _ => continue,
+        };
+        assert!(
+            !selects(selector),
+            "{name}: {} selects the clean-up",
+            object["kind"]
+        );
+    }
 }
 
 /// The operator takes the chart's arguments, and runs Foos' Deployments as the values say: the
@@ -1437,6 +1583,12 @@ async fn kube_score_finds_nothing_but_the_explained_exceptions() {
         // One replica is a choice the combination makes (no standby), not a default.
         if sets.iter().any(|s| s == "replicaCount=1") {
             command.arg("--ignore-test=deployment-replicas");
+        }
+        // The node clean-up runs as root (with NET_ADMIN alone) in the host's network, where no
+        // NetworkPolicy applies.
+        if sets.iter().any(|s| s == "nodeCleanup.enabled=true") {
+            command.arg("--ignore-test=container-security-context-user-group-id");
+            command.arg("--ignore-test=pod-networkpolicy");
         }
         // So is no PodDisruptionBudget.
         if sets.iter().any(|s| s == "podDisruptionBudget.enabled=false") {
