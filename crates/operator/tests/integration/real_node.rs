@@ -1032,3 +1032,174 @@ fn operator_pod(name: &str, namespace: &str, host: &str) -> Pod {
     }))
     .unwrap()
 }
+
+/// The tag of the operator's image the node clean-up's test installs: the chart's appVersion,
+/// as `cargo xtask test` imports it, unless `SAMPLE_OPERATOR_TEST_IMAGE_TAG` names another (a
+/// checkout whose image is imported beside another checkout's, under a tag of its own).
+fn image_tag_sets() -> Vec<String> {
+    match std::env::var("SAMPLE_OPERATOR_TEST_IMAGE_TAG") {
+        Ok(tag) if !tag.is_empty() => vec!["--set".into(), format!("image.tag={tag}")],
+        _ => Vec::new(),
+    }
+}
+
+/// Whether the host has a link of this exact name.
+fn link_exists(name: &str) -> bool {
+    std::path::Path::new("/sys/class/net").join(name).exists()
+}
+
+/// The bridge and CNI network (host-local's folder) of a Network's attachment definition.
+async fn bridge_and_pool(client: &kube::Client, ns: &str, name: &str) -> (String, String) {
+    use sample_operator::network::backend::multus::NetworkAttachmentDefinition;
+    let nads: Api<NetworkAttachmentDefinition> = Api::namespaced(client.clone(), ns);
+    let nad = nads.get(name).await.unwrap();
+    let config: serde_json::Value = serde_json::from_str(nad.spec.config.as_deref().unwrap()).unwrap();
+    (
+        config["bridge"].as_str().unwrap().to_owned(),
+        config["name"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// host-local's folder of a CNI network on the node (the plugin's default data folder, which
+/// the operator's configurations keep).
+fn pool_dir(network: &str) -> std::path::PathBuf {
+    std::path::Path::new("/var/lib/cni/networks").join(network)
+}
+
+#[tokio::test]
+async fn the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_uses_them() {
+    if !real_node(
+        "real_node::the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_uses_them",
+    ) {
+        return;
+    }
+    let scene = Attachments::new("real-cleanup").await;
+    let (client, ns, networks, pods) = (&scene.client, &scene.ns, &scene.networks, &scene.pods);
+    // The chart with its node clean-up on the real node, looking every second with a grace of
+    // two; the operator's own Deployment runs the Foo controller alone, on a kwok node (the
+    // Networks are this test's in-process operator's).
+    let release = ns.name.as_str();
+    let placement = on_real_node();
+    let cni_conf_dir = LocalCluster::default().node().dir().join("cni/net.d");
+    let mut args: Vec<String> = [
+        "install",
+        release,
+        &format!("{ROOT}/deploy/helm/sample-operator"),
+        "--namespace",
+        &ns.name,
+        "--set",
+        "image.pullPolicy=Never",
+        "--set",
+        &format!("watchNamespace={}", ns.name),
+        "--set",
+        "controllers={foo}",
+        "--set",
+        "replicaCount=1",
+        "--set",
+        "nodeCleanup.enabled=true",
+        "--set",
+        &format!("nodeCleanup.cniConfDir={}", cni_conf_dir.display()),
+        "--set",
+        "nodeCleanup.intervalSeconds=1",
+        "--set",
+        "nodeCleanup.graceSeconds=2",
+        "--set-json",
+        &format!("nodeCleanup.nodeSelector={}", placement["nodeSelector"]),
+        "--set-json",
+        &format!("nodeCleanup.tolerations={}", placement["tolerations"]),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(image_tag_sets());
+    let out = helm(&args).await;
+    assert!(
+        out.status.success(),
+        "helm install: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let selector = format!("app.kubernetes.io/name=sample-operator-node-cleanup,app.kubernetes.io/instance={release}");
+    let cleanup = wait_ready(pods, &selector, 1).await.remove(0);
+    assert_eq!(
+        cleanup.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some(NODE_NAME)
+    );
+    // Root with NET_ADMIN alone (capability 12), no new privileges, as the kernel sees it.
+    let status = proc_status(host_pid(&cleanup));
+    assert!(status["Uid"].starts_with("0\t"), "Uid {}", status["Uid"]);
+    assert_eq!(status["CapEff"], "0000000000001000");
+    assert_eq!(status["NoNewPrivs"], "1");
+    // It read the node's Multus configuration at its start.
+    let cleanup_name = cleanup.metadata.name.clone().unwrap();
+    let logs = testing::eventually("the Multus check in the log", TIMEOUT, async || {
+        let logs = pods.logs(&cleanup_name, &Default::default()).await.unwrap();
+        logs.contains("NetworkAttachmentDefinitions listed").then_some(logs)
+    })
+    .await;
+    assert!(logs.contains("namespaceIsolation: true"), "{logs}");
+
+    // Two Networks, a Pod on each.
+    let (a, b) = octets_of_this_run(100, 100);
+    let prefix = |c: u32| format!("10.{a}.{}", b + c);
+    for (name, c) in [("kept", 0), ("gone", 1)] {
+        networks
+            .create(
+                &PostParams::default(),
+                &crate::support::network(name, &format!("{}.0/24", prefix(c)), &format!("{}.1", prefix(c))),
+            )
+            .await
+            .unwrap();
+        crate::network::wait_synced(networks, name, TIMEOUT).await;
+        pods.create(&PostParams::default(), &attached_pod(&format!("on-{name}"), name))
+            .await
+            .unwrap();
+    }
+    wait_ready(pods, "test=multus", 2).await;
+    let (kept_bridge, kept_pool) = bridge_and_pool(client, &ns.name, "kept").await;
+    let (gone_bridge, gone_pool) = bridge_and_pool(client, &ns.name, "gone").await;
+    for (bridge, pool) in [(&kept_bridge, &kept_pool), (&gone_bridge, &gone_pool)] {
+        assert!(link_exists(bridge), "{bridge} on the node");
+        assert!(pool_dir(pool).is_dir(), "{pool}'s folder on the node");
+    }
+
+    // The Network goes while its Pod still uses the bridge: both stay.
+    networks.delete("gone", &DeleteParams::default()).await.unwrap();
+    testing::wait_for_deletion(networks, "gone", TIMEOUT).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(link_exists(&gone_bridge), "{gone_bridge} went while a Pod used it");
+    assert!(pool_dir(&gone_pool).is_dir(), "{gone_pool} went while a Pod held an address");
+    // Once the Pods go, the gone Network's bridge and pool go, and the kept Network's stay.
+    delete_promptly(pods, "on-gone").await;
+    delete_promptly(pods, "on-kept").await;
+    let gone_at = Instant::now();
+    testing::eventually("the gone Network's bridge and pool removed", TIMEOUT, async || {
+        (!link_exists(&gone_bridge) && !pool_dir(&gone_pool).exists()).then_some(())
+    })
+    .await;
+    eprintln!("{gone_bridge} and its pool removed in {:?}", gone_at.elapsed());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(link_exists(&kept_bridge), "{kept_bridge} is its Network's");
+    assert!(pool_dir(&kept_pool).is_dir(), "{kept_pool} is its Network's");
+
+    // A changed prefix gives the Network a new bridge: the old one goes, the pool stays.
+    crate::network::set_cidr(networks, "kept", &format!("{}.0/24", prefix(2)), &format!("{}.1", prefix(2))).await;
+    crate::network::wait_synced(networks, "kept", TIMEOUT).await;
+    let (changed_bridge, changed_pool) = bridge_and_pool(client, &ns.name, "kept").await;
+    assert_ne!(changed_bridge, kept_bridge);
+    assert_eq!(changed_pool, kept_pool);
+    testing::eventually("the changed Network's old bridge removed", TIMEOUT, async || {
+        (!link_exists(&kept_bridge)).then_some(())
+    })
+    .await;
+    assert!(pool_dir(&kept_pool).is_dir(), "{kept_pool} is still its Network's");
+    let logs = pods.logs(&cleanup_name, &Default::default()).await.unwrap();
+    assert!(logs.contains(&gone_bridge) && logs.contains(&kept_bridge), "{logs}");
+
+    let out = helm(&["uninstall", release, "--namespace", &ns.name, "--wait"]).await;
+    assert!(
+        out.status.success(),
+        "helm uninstall: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    scene.finish().await;
+}
