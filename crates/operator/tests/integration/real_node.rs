@@ -1068,9 +1068,8 @@ fn pool_dir(network: &str) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_uses_them() {
-    if !real_node(
-        "real_node::the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_uses_them",
-    ) {
+    if !real_node("real_node::the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_uses_them")
+    {
         return;
     }
     let scene = Attachments::new("real-cleanup").await;
@@ -1118,7 +1117,8 @@ async fn the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_us
         "helm install: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let selector = format!("app.kubernetes.io/name=sample-operator-node-cleanup,app.kubernetes.io/instance={release}");
+    let selector =
+        format!("app.kubernetes.io/name=sample-operator-node-cleanup,app.kubernetes.io/instance={release}");
     let cleanup = wait_ready(pods, &selector, 1).await.remove(0);
     assert_eq!(
         cleanup.spec.as_ref().and_then(|s| s.node_name.as_deref()),
@@ -1133,7 +1133,8 @@ async fn the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_us
     let cleanup_name = cleanup.metadata.name.clone().unwrap();
     let logs = testing::eventually("the Multus check in the log", TIMEOUT, async || {
         let logs = pods.logs(&cleanup_name, &Default::default()).await.unwrap();
-        logs.contains("NetworkAttachmentDefinitions listed").then_some(logs)
+        logs.contains("NetworkAttachmentDefinitions listed")
+            .then_some(logs)
     })
     .await;
     assert!(logs.contains("namespaceIsolation: true"), "{logs}");
@@ -1164,17 +1165,27 @@ async fn the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_us
 
     // The Network goes while its Pod still uses the bridge: both stay.
     networks.delete("gone", &DeleteParams::default()).await.unwrap();
-    testing::wait_for_deletion(networks, "gone", TIMEOUT).await.unwrap();
+    testing::wait_for_deletion(networks, "gone", TIMEOUT)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(6)).await;
-    assert!(link_exists(&gone_bridge), "{gone_bridge} went while a Pod used it");
-    assert!(pool_dir(&gone_pool).is_dir(), "{gone_pool} went while a Pod held an address");
+    assert!(
+        link_exists(&gone_bridge),
+        "{gone_bridge} went while a Pod used it"
+    );
+    assert!(
+        pool_dir(&gone_pool).is_dir(),
+        "{gone_pool} went while a Pod held an address"
+    );
     // Once the Pods go, the gone Network's bridge and pool go, and the kept Network's stay.
     delete_promptly(pods, "on-gone").await;
     delete_promptly(pods, "on-kept").await;
     let gone_at = Instant::now();
-    testing::eventually("the gone Network's bridge and pool removed", TIMEOUT, async || {
-        (!link_exists(&gone_bridge) && !pool_dir(&gone_pool).exists()).then_some(())
-    })
+    testing::eventually(
+        "the gone Network's bridge and pool removed",
+        TIMEOUT,
+        async || (!link_exists(&gone_bridge) && !pool_dir(&gone_pool).exists()).then_some(()),
+    )
     .await;
     eprintln!("{gone_bridge} and its pool removed in {:?}", gone_at.elapsed());
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -1182,7 +1193,13 @@ async fn the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_us
     assert!(pool_dir(&kept_pool).is_dir(), "{kept_pool} is its Network's");
 
     // A changed prefix gives the Network a new bridge: the old one goes, the pool stays.
-    crate::network::set_cidr(networks, "kept", &format!("{}.0/24", prefix(2)), &format!("{}.1", prefix(2))).await;
+    crate::network::set_cidr(
+        networks,
+        "kept",
+        &format!("{}.0/24", prefix(2)),
+        &format!("{}.1", prefix(2)),
+    )
+    .await;
     crate::network::wait_synced(networks, "kept", TIMEOUT).await;
     let (changed_bridge, changed_pool) = bridge_and_pool(client, &ns.name, "kept").await;
     assert_ne!(changed_bridge, kept_bridge);
@@ -1191,9 +1208,75 @@ async fn the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_us
         (!link_exists(&kept_bridge)).then_some(())
     })
     .await;
-    assert!(pool_dir(&kept_pool).is_dir(), "{kept_pool} is still its Network's");
+    assert!(
+        pool_dir(&kept_pool).is_dir(),
+        "{kept_pool} is still its Network's"
+    );
     let logs = pods.logs(&cleanup_name, &Default::default()).await.unwrap();
-    assert!(logs.contains(&gone_bridge) && logs.contains(&kept_bridge), "{logs}");
+    assert!(
+        logs.contains(&gone_bridge) && logs.contains(&kept_bridge),
+        "{logs}"
+    );
+
+    // A node whose Multus does not isolate namespaces gets a Warning Event, recorded under the
+    // clean-up's own ServiceAccount: here a folder of the test's own stands for the node's
+    // configuration, with Multus' setting left out.
+    let folder = std::env::temp_dir().join(format!("{}-cni", ns.name));
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(
+        folder.join("00-multus.conf"),
+        r#"{"cniVersion":"1.0.0","name":"multus-cni-network","type":"multus"}"#,
+    )
+    .unwrap();
+    let mut upgrade: Vec<String> = [
+        "upgrade",
+        release,
+        &format!("{ROOT}/deploy/helm/sample-operator"),
+        "--namespace",
+        &ns.name,
+        "--reuse-values",
+        "--set",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    upgrade.push(format!("nodeCleanup.cniConfDir={}", folder.display()));
+    let out = helm(&upgrade).await;
+    assert!(
+        out.status.success(),
+        "helm upgrade: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let node_events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
+    let event = testing::eventually("the Warning Event on the Node", TIMEOUT, async || {
+        let params = ListParams::default().fields(&format!(
+            "regarding.name={NODE_NAME},reason=MultusNamespaceIsolationOff"
+        ));
+        let events = node_events.list(&params).await.unwrap().items;
+        events.into_iter().find(|e| {
+            e.note
+                .as_deref()
+                .is_some_and(|n| n.contains(&*folder.to_string_lossy()))
+        })
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.regarding.as_ref().and_then(|r| r.kind.as_deref()),
+        Some("Node")
+    );
+    node_events
+        .delete(event.metadata.name.as_deref().unwrap(), &DeleteParams::default())
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&folder).unwrap();
+
+    // The last Network goes, with no Pod: its pool goes too, and the test leaves nothing.
+    networks.delete("kept", &DeleteParams::default()).await.unwrap();
+    testing::eventually("the last Network's pool removed", TIMEOUT, async || {
+        (!pool_dir(&kept_pool).exists()).then_some(())
+    })
+    .await;
 
     let out = helm(&["uninstall", release, "--namespace", &ns.name, "--wait"]).await;
     assert!(
