@@ -1048,6 +1048,30 @@ fn link_exists(name: &str) -> bool {
     std::path::Path::new("/sys/class/net").join(name).exists()
 }
 
+/// Uninstalls a Helm release when dropped, also when the test fails: the namespace guard keeps
+/// a failed test's namespace, and a node clean-up left running there would go on deleting.
+struct Release {
+    name: String,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if let Ok(helm) = local_cluster::toolchain::helm() {
+            let _ = std::process::Command::new(helm)
+                .env("KUBECONFIG", LocalCluster::default().kubeconfig())
+                .args([
+                    "uninstall",
+                    &self.name,
+                    "--namespace",
+                    &self.name,
+                    "--wait",
+                    "--ignore-not-found",
+                ])
+                .output();
+        }
+    }
+}
+
 /// The bridge and CNI network (host-local's folder) of a Network's attachment definition.
 async fn bridge_and_pool(client: &kube::Client, ns: &str, name: &str) -> (String, String) {
     use sample_operator::network::backend::multus::NetworkAttachmentDefinition;
@@ -1111,6 +1135,10 @@ async fn the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_us
     .map(|s| s.to_string())
     .collect();
     args.extend(image_tag_sets());
+    // The release is named after the namespace it is in.
+    let _release = Release {
+        name: release.to_owned(),
+    };
     let out = helm(&args).await;
     assert!(
         out.status.success(),
