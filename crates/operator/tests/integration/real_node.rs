@@ -1240,11 +1240,12 @@ async fn the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_us
         pool_dir(&kept_pool).is_dir(),
         "{kept_pool} is still its Network's"
     );
-    let logs = pods.logs(&cleanup_name, &Default::default()).await.unwrap();
-    assert!(
-        logs.contains(&gone_bridge) && logs.contains(&kept_bridge),
-        "{logs}"
-    );
+    // Each removal is logged by name (the container's log follows a moment later).
+    testing::eventually("both removals in the log", TIMEOUT, async || {
+        let logs = pods.logs(&cleanup_name, &Default::default()).await.unwrap();
+        (logs.contains(&gone_bridge) && logs.contains(&kept_bridge)).then_some(())
+    })
+    .await;
 
     // A node whose Multus does not isolate namespaces gets a Warning Event, recorded under the
     // clean-up's own ServiceAccount: here a folder of the test's own stands for the node's
