@@ -54,20 +54,14 @@ pub async fn run(client: kube::Client, settings: Settings) -> Result<(), String>
     report_isolation(&client, &settings).await;
     let handle = links::connect().map_err(|e| format!("cannot open a netlink socket: {e}"))?;
 
-    // The operator's definitions, cluster-wide, trimmed to the spec: which bridges and pools
+    // The operator's definitions, cluster-wide, trimmed to what says which bridges and pools
     // are still held.
     let definitions: Api<NetworkAttachmentDefinition> = Api::all(client);
     let config = watcher::Config::default().labels(&multus::selector());
     let (store, writer) = reflector::store();
     let stream = watcher(definitions, config)
         .default_backoff()
-        .modify(|nad| {
-            nad.metadata = kube::api::ObjectMeta {
-                name: nad.metadata.name.take(),
-                namespace: nad.metadata.namespace.take(),
-                ..Default::default()
-            };
-        })
+        .modify(plan::trim)
         .reflect(writer)
         .for_each(|event| async move {
             if let Err(e) = event {

@@ -40,6 +40,31 @@ pub fn is_operator_network_name(name: &str) -> bool {
     label && uuid
 }
 
+/// The largest configuration a definition of the operator's may have and still hold something.
+/// The operator's are a few hundred bytes; anyone may label a definition of their own as the
+/// operator's, and up to the API server's limit on an object's size.
+pub const MAX_CONFIG_BYTES: usize = 4096;
+
+/// Trims a definition before the clean-up caches it to what [`Held::of`] reads: its name and
+/// namespace, and its configuration unless it is larger than any the operator writes (then it
+/// holds nothing), so that labelled definitions of any size cost the clean-up little.
+pub fn trim(nad: &mut NetworkAttachmentDefinition) {
+    nad.types = None;
+    nad.metadata = kube::api::ObjectMeta {
+        name: nad.metadata.name.take(),
+        namespace: nad.metadata.namespace.take(),
+        ..Default::default()
+    };
+    if nad
+        .spec
+        .config
+        .as_ref()
+        .is_some_and(|c| c.len() > MAX_CONFIG_BYTES)
+    {
+        nad.spec.config = None;
+    }
+}
+
 /// The bridges and CNI network names (host-local's folders) that the operator's definitions
 /// hold now.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -256,6 +281,32 @@ mod tests {
             unused_bridges(&links, &Held::default()),
             vec![(1, holds), (2, gone.to_owned())]
         );
+    }
+
+    #[test]
+    fn a_trimmed_definition_keeps_the_operators_configuration_and_nothing_larger() {
+        let mut nad = definition("team-a", UID, "10.1.0.0/24", "10.1.0.1");
+        nad.metadata.name = Some("lab".into());
+        nad.metadata.namespace = Some("team-a".into());
+        nad.metadata.labels = Some([("big".to_owned(), "x".repeat(60))].into());
+        nad.metadata.annotations = Some([("big".to_owned(), "x".repeat(100_000))].into());
+        let config = nad.spec.config.clone();
+        assert!(config.as_ref().unwrap().len() < MAX_CONFIG_BYTES / 4);
+        trim(&mut nad);
+        assert_eq!(nad.metadata.name.as_deref(), Some("lab"));
+        assert_eq!(nad.metadata.namespace.as_deref(), Some("team-a"));
+        assert!(nad.metadata.labels.is_none() && nad.metadata.annotations.is_none());
+        assert_eq!(nad.spec.config, config);
+        // A labelled definition with a megabyte of configuration costs nothing and holds nothing.
+        let mut large = definition("team-b", UID, "10.2.0.0/24", "10.2.0.1");
+        let padded = config
+            .unwrap()
+            .replacen('{', &format!("{{\"pad\": \"{}\",", "x".repeat(1 << 20)), 1);
+        assert!(serde_json::from_str::<serde_json::Value>(&padded).is_ok());
+        large.spec.config = Some(padded);
+        trim(&mut large);
+        assert_eq!(large.spec.config, None);
+        assert_eq!(Held::of([&large]), Held::default());
     }
 
     #[test]
