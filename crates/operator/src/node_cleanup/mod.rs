@@ -73,8 +73,11 @@ pub async fn run(client: kube::Client, settings: Settings) -> Result<(), String>
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?;
     let listed = async {
-        // Nothing is decided before the first complete list.
-        let _ = store.wait_until_ready().await;
+        // Nothing is decided before the first complete list; a watch that ended first (it
+        // does not, but an empty store would hold nothing) ends the clean-up instead.
+        if store.wait_until_ready().await.is_err() {
+            return;
+        }
         tracing::info!(
             "NetworkAttachmentDefinitions listed; looking at the node every {:?}",
             settings.interval
@@ -89,7 +92,10 @@ pub async fn run(client: kube::Client, settings: Settings) -> Result<(), String>
         }
     };
     tokio::select! {
-        () = listed => {}
+        // The loop never ends: only a watch that ended before its first list returns.
+        () = listed => {
+            return Err("the watch of NetworkAttachmentDefinitions ended before its first list: nothing removed".into());
+        }
         _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
     }

@@ -1307,11 +1307,19 @@ async fn the_node_cleanup_removes_a_gone_networks_bridge_and_pool_once_no_pod_us
     })
     .await;
 
+    // `helm uninstall`: the clean-up stops on SIGTERM with exit code 0.
+    let running = wait_ready(pods, &selector, 1).await.remove(0);
+    let gone = tokio::spawn(exit_codes_until_gone(
+        pods.clone(),
+        running.metadata.name.clone().unwrap(),
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let out = helm(&["uninstall", release, "--namespace", &ns.name, "--wait"]).await;
     assert!(
         out.status.success(),
         "helm uninstall: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert_eq!(gone.await.unwrap(), vec![0], "the clean-up's exit code");
     scene.finish().await;
 }
