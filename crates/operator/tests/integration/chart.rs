@@ -836,19 +836,26 @@ async fn every_option_combination_renders_what_it_says_and_passes_a_dry_run() {
     }
 }
 
-/// The operator's run arguments as the chart renders them, parsed by the operator's own
-/// command line.
-fn rendered_run_args(name: &str, objects: &[serde_json::Value]) -> sample_operator::cli::RunArgs {
-    use sample_operator::cli::{Args, Command};
-    let deployment = find(objects, "Deployment").expect("a Deployment");
-    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+/// A rendered container's arguments, parsed by the operator's own command line as the
+/// binary would parse them.
+fn parsed_args(name: &str, container: &serde_json::Value) -> sample_operator::cli::Args {
+    let args = container["args"]
         .as_array()
         .unwrap()
         .iter()
         .map(|a| a.as_str().unwrap().to_owned());
-    let parsed =
-        <Args as clap::Parser>::try_parse_from(std::iter::once("sample-operator".to_owned()).chain(args))
-            .unwrap_or_else(|e| panic!("{name}: the operator refuses the chart's arguments: {e}"));
+    <sample_operator::cli::Args as clap::Parser>::try_parse_from(
+        std::iter::once("sample-operator".to_owned()).chain(args),
+    )
+    .unwrap_or_else(|e| panic!("{name}: the binary refuses the chart's arguments: {e}"))
+}
+
+/// The operator's run arguments as the chart renders them, parsed by the operator's own
+/// command line.
+fn rendered_run_args(name: &str, objects: &[serde_json::Value]) -> sample_operator::cli::RunArgs {
+    use sample_operator::cli::Command;
+    let deployment = find(objects, "Deployment").expect("a Deployment");
+    let parsed = parsed_args(name, &deployment["spec"]["template"]["spec"]["containers"][0]);
     let Command::Run(run) = parsed.command else {
         panic!("{name}: the chart runs `run`")
     };
@@ -1039,21 +1046,14 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
 /// nodes asked for, under a ServiceAccount of its own that may only read attachment
 /// definitions and record Events, and no Service, budget or policy of the operator selects it.
 fn assert_node_cleanup(name: &str, sets: &[String], objects: &[serde_json::Value]) {
-    use sample_operator::cli::{Args, Command};
+    use sample_operator::cli::Command;
     let has = |set: &str| sets.iter().any(|s| s == set);
     let daemon_set = find(objects, "DaemonSet");
     assert_eq!(daemon_set.is_some(), has("nodeCleanup.enabled=true"), "{name}");
     let Some(daemon_set) = daemon_set else { return };
     let pod = &daemon_set["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
-    let args = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_owned());
-    let parsed =
-        <Args as clap::Parser>::try_parse_from(std::iter::once("sample-operator".to_owned()).chain(args))
-            .unwrap_or_else(|e| panic!("{name}: the clean-up's arguments: {e}"));
+    let parsed = parsed_args(name, container);
     let Command::NodeCleanup(cleanup) = parsed.command else {
         panic!("{name}: the DaemonSet runs `node-cleanup`")
     };

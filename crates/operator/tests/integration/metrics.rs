@@ -106,26 +106,36 @@ async fn get_metrics(port: u16, token: Option<&str>) -> (u16, String) {
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// The operator binary serving `/metrics` securely for the Foos of `ns`, acting as its
+/// ServiceAccount, with `extra` arguments; ready. Returns it and its scratch folder.
+async fn secure_operator(
+    client: &Client,
+    ns: &TestNamespace,
+    label: &str,
+    extra: &[&str],
+) -> (OperatorProcess, std::path::PathBuf) {
+    let dir = scratch_dir(&ns.name);
+    let kubeconfig = operator_kubeconfig(client, &dir).await;
+    install_metrics_reader(client).await;
+    let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
+    let namespace_arg = format!("--namespace={}", ns.name);
+    let mut args = vec![
+        kubeconfig_arg.as_str(),
+        namespace_arg.as_str(),
+        "--controllers=foo",
+        "--metrics-secure",
+    ];
+    args.extend_from_slice(extra);
+    let operator = OperatorProcess::spawn(label, &dir, &args);
+    operator.wait_ready().await;
+    (operator, dir)
+}
+
 #[tokio::test]
 async fn secure_metrics_answer_only_tokens_allowed_to_read_them_and_probes_stay_apart() {
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "metrics-auth").await;
-    let dir = scratch_dir(&ns.name);
-    let kubeconfig = operator_kubeconfig(&client, &dir).await;
-    install_metrics_reader(&client).await;
-    let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
-    let namespace_arg = format!("--namespace={}", ns.name);
-    let operator = OperatorProcess::spawn(
-        "secure",
-        &dir,
-        &[
-            &kubeconfig_arg,
-            &namespace_arg,
-            "--controllers=foo",
-            "--metrics-secure",
-        ],
-    );
-    operator.wait_ready().await;
+    let (operator, dir) = secure_operator(&client, &ns, "secure", &[]).await;
 
     let stranger = service_account_token(&client, &ns.name, "stranger", false).await;
     let reader = service_account_token(&client, &ns.name, "prometheus", true).await;
@@ -199,23 +209,13 @@ async fn secure_metrics_answer_only_tokens_allowed_to_read_them_and_probes_stay_
 async fn with_an_audience_only_tokens_issued_for_it_read_the_metrics() {
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "metrics-audience").await;
-    let dir = scratch_dir(&ns.name);
-    let kubeconfig = operator_kubeconfig(&client, &dir).await;
-    install_metrics_reader(&client).await;
-    let kubeconfig_arg = format!("--kubeconfig={}", kubeconfig.display());
-    let namespace_arg = format!("--namespace={}", ns.name);
-    let operator = OperatorProcess::spawn(
+    let (operator, dir) = secure_operator(
+        &client,
+        &ns,
         "audience",
-        &dir,
-        &[
-            &kubeconfig_arg,
-            &namespace_arg,
-            "--controllers=foo",
-            "--metrics-secure",
-            "--metrics-token-audience=sample-operator-metrics",
-        ],
-    );
-    operator.wait_ready().await;
+        &["--metrics-token-audience=sample-operator-metrics"],
+    )
+    .await;
 
     // One reader, three tokens: for the API server (what a Pod mounts by default), for
     // another service, and for the operator's metrics.
