@@ -15,6 +15,7 @@ use crate::network::BackendConfig;
 use crate::network::backend::neutron::NeutronConfig;
 use crate::network::backend::neutron::client::CloudSource;
 use crate::network::policy::AddressPolicy;
+use crate::runtime::events::EventLevel;
 use crate::runtime::leader::{LeaseConfig, Outcome};
 use crate::runtime::requests::RequestCounter;
 use crate::runtime::server::MetricsAccess;
@@ -142,6 +143,11 @@ pub struct RunArgs {
     /// start, else `list`.
     #[arg(long, env = "SAMPLE_OPERATOR_INITIAL_LIST", value_enum, default_value_t = InitialListChoice::Auto)]
     pub initial_list: InitialListChoice,
+    /// Which Events to write: `all`, `warnings` (only what needs a person: failures,
+    /// conflicts, objects turned unhealthy) or `none`. Status conditions, logs and metrics say
+    /// everything either way.
+    #[arg(long, env = "SAMPLE_OPERATOR_EVENTS", value_enum, default_value_t = EventLevel::All)]
+    pub events: EventLevel,
     /// Address of /metrics. `--http-address`, its name before the probes moved to their own
     /// port, still works, so that existing command lines keep starting.
     #[arg(
@@ -587,6 +593,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
         resync: (args.resync_seconds > 0).then(|| Duration::from_secs(args.resync_seconds)),
+        events: args.events,
         ..RuntimeConfig::default()
     };
     preflight(&client, &args.controllers, runtime.namespace.as_deref(), &server).await?;

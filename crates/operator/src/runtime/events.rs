@@ -63,12 +63,36 @@ fn concurrency(reconciles_running: bool, oldest_waited: Duration) -> usize {
     }
 }
 
+/// Which Events are written, as the admin chooses (`--events`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EventLevel {
+    /// Every Event: transitions, outcomes and warnings.
+    #[default]
+    All,
+    /// Warnings only (a failure, a conflict, an object turned unhealthy): what needs a person.
+    Warnings,
+    /// None: status conditions, logs and metrics still say everything.
+    None,
+}
+
+impl EventLevel {
+    /// Whether an Event of `type_` is written at this level.
+    pub fn writes(self, type_: EventType) -> bool {
+        match self {
+            EventLevel::All => true,
+            EventLevel::Warnings => type_ == EventType::Warning,
+            EventLevel::None => false,
+        }
+    }
+}
+
 /// Where controllers queue their events; cheap to clone. The queue closes, and the publisher
 /// ends once it has sent what is left, when the last clone is dropped.
 #[derive(Clone)]
 pub struct Events {
     queue: Arc<Queue>,
     metrics: Arc<Metrics>,
+    level: EventLevel,
     _open: Arc<Open>,
 }
 
@@ -273,9 +297,16 @@ impl Events {
         let events = Self {
             queue: queue.clone(),
             metrics,
+            level: EventLevel::All,
             _open: Arc::new(Open(queue.clone())),
         };
         (events, Publisher { task, queue })
+    }
+
+    /// Writes only the Events `level` asks for; the others are counted (`skipped`), not queued.
+    #[must_use]
+    pub fn with_level(self, level: EventLevel) -> Self {
+        Self { level, ..self }
     }
 
     /// Queues an event about `regarding`; waits only while [`MAX_PENDING`] distinct events are
@@ -288,6 +319,9 @@ impl Events {
         note: String,
         action: &str,
     ) {
+        if !self.level.writes(type_) {
+            return self.metrics.event("skipped");
+        }
         let now = Timestamp::now();
         let mut event = Some(Pending {
             key: 0,
@@ -478,6 +512,38 @@ mod tests {
             ]
         );
         assert!(state.by_key.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_level_decides_which_events_are_written() {
+        use EventType::{Normal, Warning};
+        assert!(EventLevel::All.writes(Normal) && EventLevel::All.writes(Warning));
+        assert!(!EventLevel::Warnings.writes(Normal) && EventLevel::Warnings.writes(Warning));
+        assert!(!EventLevel::None.writes(Normal) && !EventLevel::None.writes(Warning));
+        // What is not written is counted, and never queued.
+        for (level, skipped) in [
+            (EventLevel::All, 0),
+            (EventLevel::Warnings, 1),
+            (EventLevel::None, 2),
+        ] {
+            let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+            let metrics = Arc::new(Metrics::new(Default::default()));
+            let reporter = Reporter {
+                controller: "test".into(),
+                instance: None,
+            };
+            let (events, _publisher) =
+                Events::start(Client::try_from(config).unwrap(), reporter, metrics.clone());
+            let events = events.with_level(level);
+            for (type_, reason) in [(Normal, "Synced"), (Warning, "Failed")] {
+                events
+                    .publish(regarding("a", "1"), type_, reason, "note".into(), "Sync")
+                    .await;
+            }
+            let text = metrics.render();
+            let line = format!("sample_operator_events_total{{result=\"skipped\"}} {skipped}");
+            assert_eq!(text.contains(&line), skipped > 0, "{level:?}: {text}");
+        }
     }
 
     #[test]

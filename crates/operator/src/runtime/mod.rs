@@ -108,6 +108,8 @@ pub struct RuntimeConfig {
     pub instance: String,
     /// How every watch fetches its first list.
     pub initial_list: watch::InitialList,
+    /// Which Events are written.
+    pub events: events::EventLevel,
 }
 
 impl Default for RuntimeConfig {
@@ -118,6 +120,7 @@ impl Default for RuntimeConfig {
             resync: None,
             instance: default_instance(),
             initial_list: watch::InitialList::default(),
+            events: events::EventLevel::default(),
         }
     }
 }
@@ -155,6 +158,7 @@ impl Shared {
             instance: Some(config.instance.clone()),
         };
         let (events, publisher) = events::Events::start(client.clone(), reporter, telemetry.metrics.clone());
+        let events = events.with_level(config.events);
         let shared = Self {
             client,
             events,

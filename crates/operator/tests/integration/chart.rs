@@ -170,6 +170,7 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                 "concurrency=4",
                 "log.format=plain",
                 "log.level=sample_operator=debug",
+                "events=warnings",
                 "leaderElection.leaseDurationSeconds=30",
                 "leaderElection.leaseGraceSeconds=10",
                 "metrics.port=9090",
@@ -419,6 +420,7 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
         ("networkBackend=nova", "/networkBackend"),
         ("controllers={foo,bar}", "/controllers/1"),
         ("log.format=xml", "/log/format"),
+        ("events=some", "/events"),
         ("concurrency=0", "/concurrency"),
         (
             "metrics.serviceMonitor.interval=often",
@@ -871,6 +873,7 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
         ("concurrency", |r| r.concurrency.to_string()),
         ("log.level", |r| r.log_level.clone()),
         ("log.format", |r| format!("{:?}", r.log_format).to_lowercase()),
+        ("events", |r| format!("{:?}", r.events).to_lowercase()),
         ("leaderElection.leaseDurationSeconds", |r| {
             r.leader_election.lease_duration_seconds.to_string()
         }),
