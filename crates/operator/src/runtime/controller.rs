@@ -501,9 +501,12 @@ pub async fn run<R: Reconciler>(
     // Triggers wait in the fair queue; kube-runtime gets them as it has room. Both end when
     // the controller is asked to stop, and kube-runtime then finishes the reconciles in flight.
     let fill = {
-        let queue = queue.clone();
+        let (queue, metrics) = (queue.clone(), shared.metrics.clone());
         triggers.take_until(stopping.clone()).for_each(move |object| {
-            queue.push(object);
+            if queue.push(object) {
+                metrics.queue_added(name);
+            }
+            metrics.set_queue_depth(name, queue.depth());
             futures::future::ready(())
         })
     };
@@ -512,6 +515,7 @@ pub async fn run<R: Reconciler>(
         Some((Ok::<_, std::convert::Infallible>(next), queue))
     })
     .take_until(stopping.clone());
+    let metrics = shared.metrics.clone();
     let reconciles = kube::runtime::applier(
         // Each reconcile in a task of its own, as kube-runtime's `Controller::run` does, so that
         // reconciles run on every core.
@@ -528,6 +532,8 @@ pub async fn run<R: Reconciler>(
         kube::runtime::controller::Config::default().concurrency(shared.config.concurrency),
     )
     .for_each(move |result| {
+        // After each reconcile: the depth the queue is left with as the next takes its turn.
+        metrics.set_queue_depth(name, queue.depth());
         match result {
             Err(kube::runtime::controller::Error::ObjectNotFound(gone)) => {
                 queue.dropped(

@@ -56,9 +56,10 @@ impl<K: Resource<DynamicType = ()>> Default for State<K> {
 }
 
 impl<K: Resource<DynamicType = ()>> State<K> {
-    fn enqueue(&mut self, object: ObjectRef<K>) {
+    /// Whether `object` was not waiting already.
+    fn enqueue(&mut self, object: ObjectRef<K>) -> bool {
         if !self.waiting.insert(object.clone()) {
-            return;
+            return false;
         }
         let namespace: Box<str> = object.namespace.as_deref().unwrap_or_default().into();
         let line = self.lines.entry(namespace.clone()).or_default();
@@ -66,6 +67,7 @@ impl<K: Resource<DynamicType = ()>> State<K> {
             self.turns.push_back(namespace);
         }
         line.push_back(object);
+        true
     }
 
     /// The first object of the namespace whose turn it is; that namespace goes to the back of
@@ -106,20 +108,21 @@ impl<K: Resource<DynamicType = ()>> FairQueue<K> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Asks for a reconcile of `object`.
-    pub fn push(&self, object: ObjectRef<K>) {
+    /// Asks for a reconcile of `object`; whether that adds one (it was neither waiting nor
+    /// about to start, nor asked for again already while it runs).
+    pub fn push(&self, object: ObjectRef<K>) -> bool {
         let mut state = self.lock();
         if state.handed.contains(&object) {
             // Not started yet: its run will read the cache as it is then.
-            return;
+            return false;
         }
         if state.running.contains(&object) {
-            state.again.insert(object);
-            return;
+            return state.again.insert(object);
         }
-        state.enqueue(object);
+        let added = state.enqueue(object);
         drop(state);
         self.ready.notify_one();
+        added
     }
 
     /// The next object to hand to kube-runtime, once one waits and there is room.
@@ -167,7 +170,6 @@ impl<K: Resource<DynamicType = ()>> FairQueue<K> {
     }
 
     /// Objects waiting in the lines.
-    #[cfg(test)]
     pub fn depth(&self) -> usize {
         self.lock().waiting.len()
     }
@@ -234,9 +236,8 @@ mod tests {
     #[tokio::test]
     async fn an_object_waits_once_and_runs_again_when_triggered_while_it_runs() {
         let queue = FairQueue::new(2);
-        for _ in 0..3 {
-            queue.push(object("ns", "a"));
-        }
+        let added: Vec<bool> = (0..3).map(|_| queue.push(object("ns", "a"))).collect();
+        assert_eq!(added, [true, false, false], "queued once");
         queue.push(object("ns", "b"));
         assert_eq!(queue.depth(), 2);
         let a = queue.next().await;
@@ -246,8 +247,8 @@ mod tests {
         assert_eq!(queue.depth(), 1);
         queue.started(&a);
         // Running: one more run once this one ends, not two at once.
-        queue.push(object("ns", "a"));
-        queue.push(object("ns", "a"));
+        assert!(queue.push(object("ns", "a")));
+        assert!(!queue.push(object("ns", "a")));
         assert_eq!(queue.depth(), 1);
         let b = queue.next().await;
         assert_eq!(name(&b), "ns/b");

@@ -177,6 +177,13 @@ async fn probes_and_metrics_report_what_happens() {
         ) == Some(1.0)
     })
     .await;
+    // The Foo was queued (its creation; its Deployment's events), and nothing waits now.
+    let queue = [("controller", "foo"), ("name", "foo")];
+    assert!(operator.metric("workqueue_adds_total", &queue).unwrap_or(0.0) >= 1.0);
+    eventually("the queue empty", Duration::from_secs(10), || {
+        operator.metric("workqueue_depth", &queue) == Some(0.0)
+    })
+    .await;
     let (_, metrics) = operator.get("/metrics").unwrap();
     for series in [
         r#"controller_runtime_reconcile_time_seconds_count{controller="foo"}"#,

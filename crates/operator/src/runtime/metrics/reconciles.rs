@@ -88,6 +88,8 @@ pub(super) struct Reconciles {
     reconcile_time: Family<ControllerLabels, Histogram>,
     max_concurrent: Family<ControllerLabels, Gauge>,
     retries: Family<QueueLabels, Counter>,
+    depth: Family<QueueLabels, Gauge>,
+    adds: Family<QueueLabels, Counter>,
     work_duration: Family<QueueLabels, Histogram>,
     error_reasons: Family<ErrorLabels, Counter>,
     awaiting_retry: Family<ControllerLabels, Gauge>,
@@ -141,6 +143,18 @@ impl Reconciles {
                 "Total number of retries handled by workqueue",
                 Family::default(),
             ),
+            depth: register(
+                r,
+                "workqueue_depth",
+                "Current depth of workqueue",
+                Family::default(),
+            ),
+            adds: register(
+                r,
+                "workqueue_adds",
+                "Total number of adds handled by workqueue",
+                Family::default(),
+            ),
             work_duration: register(
                 r,
                 "workqueue_work_duration_seconds",
@@ -165,6 +179,22 @@ impl Reconciles {
 }
 
 impl Metrics {
+    /// An object was queued for a reconcile (not one already waiting).
+    pub fn queue_added(&self, controller: &'static str) {
+        self.reconciles
+            .adds
+            .get_or_create(&QueueLabels::of(controller))
+            .inc();
+    }
+
+    /// Objects waiting in the controller's queue now.
+    pub fn set_queue_depth(&self, controller: &'static str, depth: usize) {
+        self.reconciles
+            .depth
+            .get_or_create(&QueueLabels::of(controller))
+            .set(depth as i64);
+    }
+
     /// Call when a controller starts: its series start at zero, as controller-runtime's do, so
     /// that a rate over them exists before the first reconcile.
     pub fn controller_started(&self, controller: &'static str, max_concurrent: u16) {
@@ -175,6 +205,11 @@ impl Metrics {
             .set(i64::from(max_concurrent));
         // Adding zero creates the series.
         self.reconciles.errors.get_or_create(&labels).inc_by(0);
+        self.reconciles
+            .adds
+            .get_or_create(&QueueLabels::of(controller))
+            .inc_by(0);
+        self.set_queue_depth(controller, 0);
         self.reconciles.terminal_errors.get_or_create(&labels).inc_by(0);
         self.reconciles.panics.get_or_create(&labels).inc_by(0);
         self.reconciles
