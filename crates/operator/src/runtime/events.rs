@@ -20,7 +20,7 @@
 //! controllers; folding in the queue costs nothing once sent, so this module writes the Event
 //! itself, in the form `Recorder` writes it.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -38,6 +38,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::metrics::Metrics;
+use super::turns::Turns;
 
 /// Distinct events queued, at most (about 0.5 KiB each).
 pub const MAX_PENDING: usize = 65_536;
@@ -127,9 +128,7 @@ struct State {
     /// Each namespace's queued events, in the order they were first queued: the namespaces
     /// take turns, one event each, so that one namespace's burst does not hold back another's
     /// event.
-    lines: HashMap<Box<str>, VecDeque<u64>>,
-    /// The namespaces with queued events, in the order of their turns.
-    turns: VecDeque<Box<str>>,
+    lines: Turns<u64>,
     /// The queued event each key folds into.
     by_key: HashMap<u64, u64>,
     next: u64,
@@ -240,26 +239,15 @@ impl State {
         self.next += 1;
         // (A different event with the same key, however unlikely, is queued apart, unfolded.)
         self.by_key.insert(event.key, seq);
-        let namespace: Box<str> = event.regarding.namespace.as_deref().unwrap_or_default().into();
-        let line = self.lines.entry(namespace.clone()).or_default();
-        if line.is_empty() {
-            self.turns.push_back(namespace);
-        }
-        line.push_back(seq);
+        self.lines
+            .push(event.regarding.namespace.as_deref().unwrap_or_default(), seq);
         self.pending.insert(seq, event);
         Added::New
     }
 
     /// The first queued event of the namespace whose turn it is.
     fn take(&mut self) -> Option<Pending> {
-        let namespace = self.turns.pop_front()?;
-        let line = self.lines.get_mut(&namespace)?;
-        let seq = line.pop_front()?;
-        if line.is_empty() {
-            self.lines.remove(&namespace);
-        } else {
-            self.turns.push_back(namespace);
-        }
+        let seq = self.lines.pop()?;
         let event = self.pending.remove(&seq)?;
         if self.by_key.get(&event.key) == Some(&seq) {
             self.by_key.remove(&event.key);
@@ -565,7 +553,7 @@ mod tests {
             .collect();
         assert_eq!(sent, ["b0", "q0", "b1", "q1", "b2"]);
         assert_eq!(std::iter::from_fn(|| state.take()).count(), 10_000 - 3);
-        assert!(state.lines.is_empty() && state.turns.is_empty());
+        assert!(state.lines.is_empty());
     }
 
     #[test]

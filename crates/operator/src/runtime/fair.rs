@@ -12,12 +12,14 @@
 //! one triggered while it is handed over or running waits until that run ends, then runs once
 //! more: a run reads the cache when it starts, so one run after the last trigger is enough.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::Mutex;
 
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
+
+use super::turns::Turns;
 
 /// A fair queue of the objects of one controller; see the module docs.
 pub struct FairQueue<K: Resource<DynamicType = ()>> {
@@ -29,10 +31,8 @@ pub struct FairQueue<K: Resource<DynamicType = ()>> {
 }
 
 struct State<K: Resource<DynamicType = ()>> {
-    /// Each namespace's line (cluster-scoped objects share the line of "").
-    lines: HashMap<Box<str>, VecDeque<ObjectRef<K>>>,
-    /// The namespaces whose line is not empty, in the order of their turns.
-    turns: VecDeque<Box<str>>,
+    /// Each namespace's line (cluster-scoped objects share the line of ""), taking turns.
+    lines: Turns<ObjectRef<K>>,
     /// Every object in a line, to queue each once.
     waiting: HashSet<ObjectRef<K>>,
     /// Handed to kube-runtime and not started yet.
@@ -45,8 +45,7 @@ struct State<K: Resource<DynamicType = ()>> {
 impl<K: Resource<DynamicType = ()>> Default for State<K> {
     fn default() -> Self {
         Self {
-            lines: HashMap::new(),
-            turns: VecDeque::new(),
+            lines: Turns::default(),
             waiting: HashSet::new(),
             handed: HashSet::new(),
             running: HashSet::new(),
@@ -61,26 +60,14 @@ impl<K: Resource<DynamicType = ()>> State<K> {
         if !self.waiting.insert(object.clone()) {
             return false;
         }
-        let namespace: Box<str> = object.namespace.as_deref().unwrap_or_default().into();
-        let line = self.lines.entry(namespace.clone()).or_default();
-        if line.is_empty() {
-            self.turns.push_back(namespace);
-        }
-        line.push_back(object);
+        let namespace = object.namespace.clone().unwrap_or_default();
+        self.lines.push(&namespace, object);
         true
     }
 
-    /// The first object of the namespace whose turn it is; that namespace goes to the back of
-    /// the turns if more of its objects wait.
+    /// The first object of the namespace whose turn it is.
     fn dequeue(&mut self) -> Option<ObjectRef<K>> {
-        let namespace = self.turns.pop_front()?;
-        let line = self.lines.get_mut(&namespace)?;
-        let object = line.pop_front()?;
-        if line.is_empty() {
-            self.lines.remove(&namespace);
-        } else {
-            self.turns.push_back(namespace);
-        }
+        let object = self.lines.pop()?;
         self.waiting.remove(&object);
         Some(object)
     }

@@ -44,6 +44,7 @@ pub(crate) mod scenario;
 pub mod server;
 pub mod status;
 pub mod triggers;
+pub mod turns;
 pub mod watch;
 
 use std::sync::Arc;
