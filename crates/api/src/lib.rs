@@ -11,6 +11,7 @@
 
 pub mod cluster_addresses;
 pub mod conditions;
+pub mod events;
 pub mod foo;
 pub mod ip;
 pub mod my_custom_resource;

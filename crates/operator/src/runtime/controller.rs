@@ -37,7 +37,7 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use super::backoff::Backoff;
-use super::events::Events;
+use super::events::{Events, Report};
 use super::fair::FairQueue;
 use super::metrics::{Metrics, Outcome};
 use super::own_writes::OwnWrites;
@@ -144,10 +144,17 @@ impl<K: Object> Context<K> {
         &self.metrics
     }
 
-    /// Queues an event about `object`; see [`Events`].
+    /// Queues an event about the outcome of a pass over `object`; see [`Events`].
     pub async fn publish(&self, object: &K, type_: EventType, reason: &str, note: String) {
         self.events
-            .publish(object.object_ref(&()), type_, reason, note, "Sync")
+            .publish(
+                object.object_ref(&()),
+                type_,
+                Report::Outcome,
+                reason,
+                note,
+                "Sync",
+            )
             .await;
     }
 
@@ -179,7 +186,17 @@ impl<K: Object> Context<K> {
         if previous != Some(ready.reason.as_str())
             && let Some((type_, reason)) = transition(ready)
         {
-            self.publish(object, type_, reason, ready.message.clone()).await;
+            let regarding = object.object_ref(&());
+            self.events
+                .publish(
+                    regarding,
+                    type_,
+                    Report::Transition,
+                    reason,
+                    ready.message.clone(),
+                    "Sync",
+                )
+                .await;
         }
         Ok(true)
     }

@@ -28,11 +28,11 @@ impl Events {
         let results: Family<EventLabels, Counter> = register(
             r,
             "sample_operator_events",
-            "Events by result: published, failed, or folded (a repeat counted in the series of one queued)",
+            "Events by result: published, failed, folded (a repeat counted in the series of one queued), skipped (not written at the chosen level), summarised (an outcome counted in a summary), or summary (a summary written)",
             Family::default(),
         );
         // Every series from the start, so that a rate over them exists before the first event.
-        for result in ["published", "failed", "folded"] {
+        for result in ["published", "failed", "folded", "summarised", "summary"] {
             results.get_or_create(&EventLabels { result }).inc_by(0);
         }
         Self {
@@ -54,9 +54,17 @@ impl Events {
 }
 
 impl Metrics {
-    /// Counts an event: `published`, `failed` or `folded`.
+    /// Counts an event: `published`, `failed`, `folded`, `skipped`, `summarised` or `summary`.
     pub fn event(&self, result: &'static str) {
-        self.events.results.get_or_create(&EventLabels { result }).inc();
+        self.events(result, 1);
+    }
+
+    /// Counts `n` events of one result.
+    pub fn events(&self, result: &'static str, n: u64) {
+        self.events
+            .results
+            .get_or_create(&EventLabels { result })
+            .inc_by(n);
     }
 
     /// The event queue as it is now.

@@ -2,7 +2,7 @@
 //! and the `workqueue_*` families kube-runtime lets us see, beside our own errors by reason and
 //! objects awaiting a retry.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -193,6 +193,7 @@ impl Metrics {
             .depth
             .get_or_create(&QueueLabels::of(controller))
             .set(depth as i64);
+        self.reconciles.running.lock().waiting.insert(controller, depth);
     }
 
     /// Call when a controller starts: its series start at zero, as controller-runtime's do, so
@@ -249,6 +250,12 @@ impl Metrics {
     /// what converges objects, and events wait their turn ([`super::super::events`]).
     pub fn reconciles_running(&self) -> usize {
         self.reconciles.running.lock().reconciles.len()
+    }
+
+    /// Objects waiting in every controller's work queue for a reconcile slot: while any wait,
+    /// the controllers are behind, and Normal outcome events wait for them ([`super::super::events`]).
+    pub fn work_waiting(&self) -> usize {
+        self.reconciles.running.lock().waiting.values().sum()
     }
 
     /// How many objects of `controller` wait for a retry.
@@ -321,6 +328,8 @@ struct RunningState {
     next_id: u64,
     /// At most the controllers' concurrency: a list is the cheapest set.
     reconciles: Vec<(u64, &'static str, Instant)>,
+    /// Objects waiting in each controller's work queue.
+    waiting: HashMap<&'static str, usize>,
 }
 
 impl Running {
