@@ -13,6 +13,7 @@
 mod apiserver;
 mod chart;
 mod contender;
+mod event_queue;
 mod machine;
 mod model;
 mod proc_stats;
@@ -65,7 +66,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ours,ours-streaming,sample-controller,sample-controller-tuned,controller-runtime,controller-runtime-tuned,ceiling"
+        default_value = "ours,ours-streaming,ours-events-off,sample-controller,sample-controller-tuned,controller-runtime,controller-runtime-tuned,ceiling,ceiling-ours"
     )]
     contenders: Vec<Contender>,
     /// Scenarios to run.

@@ -182,7 +182,9 @@ fn color(contender: Contender) -> RGBColor {
         Contender::ControllerRuntime => RGBColor(0x2c, 0xa0, 0x2c),
         Contender::SampleControllerTuned => RGBColor(0x9e, 0xc5, 0xe8),
         Contender::ControllerRuntimeTuned => RGBColor(0x98, 0xdf, 0x8a),
+        Contender::OursEventsOff => RGBColor(0x8c, 0x2d, 0x04),
         Contender::Ceiling => RGBColor(0x55, 0x55, 0x55),
+        Contender::CeilingOurs => RGBColor(0xaa, 0xaa, 0xaa),
     }
 }
 

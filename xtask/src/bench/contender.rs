@@ -53,18 +53,19 @@ impl Contenders {
     }
 
     /// Starts `contender` against the cluster of `kubeconfig`, as its users run it, and says
-    /// how to tell when it is ready.
+    /// how to tell when it is ready, and for ours, the port of its /metrics.
     pub fn start(
         &self,
         contender: Contender,
         kubeconfig: &Path,
         concurrency: usize,
         logs: &Path,
-    ) -> Result<(Component, Ready)> {
+    ) -> Result<(Component, Ready, Option<u16>)> {
         let kubeconfig = kubeconfig.display().to_string();
         let probe_port = free_port()?;
+        let metrics_port = free_port()?;
         let (binary, mut args) = match contender {
-            Contender::Ours | Contender::OursStreaming => (
+            Contender::Ours | Contender::OursStreaming | Contender::OursEventsOff => (
                 self.ours
                     .clone()
                     .context("our operator was not prepared: it is not among --contenders")?,
@@ -76,7 +77,7 @@ impl Contenders {
                     // metrics servers (defaults) go on ports nothing else holds.
                     "--controllers=foo".into(),
                     format!("--probe-address=127.0.0.1:{probe_port}"),
-                    format!("--metrics-address=127.0.0.1:{}", free_port()?),
+                    format!("--metrics-address=127.0.0.1:{metrics_port}"),
                     // The peers' Deployments have a bare nginx container: so do ours here,
                     // so that all write and store objects of one size.
                     "--foo-resources={}".into(),
@@ -115,7 +116,7 @@ impl Contenders {
                     "-deployment-selector=app.kubernetes.io/managed-by=controller-runtime-foo".into(),
                 ],
             ),
-            Contender::Ceiling => (
+            Contender::Ceiling | Contender::CeilingOurs => (
                 self.go_bin.join("ceiling"),
                 vec![
                     format!("-kubeconfig={kubeconfig}"),
@@ -126,12 +127,14 @@ impl Contenders {
         match contender {
             Contender::Ours => args.push("--initial-list=list".into()),
             Contender::OursStreaming => args.push("--initial-list=stream".into()),
+            Contender::OursEventsOff => args.extend(["--initial-list=list".into(), "--events=none".into()]),
+            Contender::CeilingOurs => args.push("-ours".into()),
             _ => {}
         }
         let name = format!("{contender:?}").to_lowercase();
         let from = std::fs::metadata(logs.join(format!("{name}.log"))).map_or(0, |m| m.len());
         let ready = match contender {
-            Contender::Ours | Contender::OursStreaming => Ready::Http(probe_port),
+            Contender::Ours | Contender::OursStreaming | Contender::OursEventsOff => Ready::Http(probe_port),
             // sample-controller and controller-runtime both log this once WaitForCacheSync has
             // returned, before their workers start.
             Contender::SampleController
@@ -141,9 +144,10 @@ impl Contenders {
                 text: "Starting workers",
                 from,
             },
-            Contender::Ceiling => Ready::Immediately,
+            Contender::Ceiling | Contender::CeilingOurs => Ready::Immediately,
         };
-        Ok((Component::start(&name, &binary, &args, logs)?, ready))
+        let metrics = contender.is_ours().then_some(metrics_port);
+        Ok((Component::start(&name, &binary, &args, logs)?, ready, metrics))
     }
 }
 

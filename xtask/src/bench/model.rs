@@ -26,6 +26,9 @@ pub enum Contender {
     Ours,
     /// Ours with `--initial-list=stream`: every watch's first list streamed (WatchList).
     OursStreaming,
+    /// Ours with `--events=none`: the same work as the two-write ceiling and the tuned
+    /// controller-runtime, which write no Events.
+    OursEventsOff,
     /// kubernetes/sample-controller at the matching release, with its defaults.
     SampleController,
     /// The Foo controller on controller-runtime in bench/go, with controller-runtime's defaults.
@@ -39,28 +42,35 @@ pub enum Contender {
     ControllerRuntimeTuned,
     /// bench/go's plain client issuing a controller's writes and nothing else.
     Ceiling,
+    /// The same plain client issuing our operator's three writes (the Deployment, the status
+    /// by server-side apply with a Ready condition, an Event), at our `--concurrency`.
+    CeilingOurs,
 }
 
 impl Contender {
-    pub const ALL: [Contender; 7] = [
+    pub const ALL: [Contender; 9] = [
         Contender::Ours,
         Contender::OursStreaming,
+        Contender::OursEventsOff,
         Contender::SampleController,
         Contender::SampleControllerTuned,
         Contender::ControllerRuntime,
         Contender::ControllerRuntimeTuned,
         Contender::Ceiling,
+        Contender::CeilingOurs,
     ];
 
     pub fn label(self) -> &'static str {
         match self {
             Contender::Ours => "sample-operator (ours)",
             Contender::OursStreaming => "sample-operator, streaming lists (ours)",
+            Contender::OursEventsOff => "sample-operator, Events off (ours)",
             Contender::SampleController => "sample-controller (Go)",
             Contender::ControllerRuntime => "controller-runtime (Go)",
             Contender::SampleControllerTuned => "sample-controller tuned (Go)",
             Contender::ControllerRuntimeTuned => "controller-runtime tuned (Go)",
             Contender::Ceiling => "ceiling (plain client)",
+            Contender::CeilingOurs => "ceiling, ours' three writes (plain client)",
         }
     }
 
@@ -71,7 +81,16 @@ impl Contender {
 
     /// Our operator, however it fetches its lists.
     pub fn is_ours(self) -> bool {
-        matches!(self, Contender::Ours | Contender::OursStreaming)
+        matches!(
+            self,
+            Contender::Ours | Contender::OursStreaming | Contender::OursEventsOff
+        )
+    }
+
+    /// A plain client issuing writes, not a controller: it keeps no cache and, once done,
+    /// sends nothing.
+    pub fn is_ceiling(self) -> bool {
+        matches!(self, Contender::Ceiling | Contender::CeilingOurs)
     }
 
     /// A peer at its defaults where a tuned one exists beside it.
@@ -157,8 +176,11 @@ impl Scenario {
     pub fn includes(self, contender: Contender) -> bool {
         match self {
             Scenario::Backlog | Scenario::Burst => true,
-            Scenario::Steady | Scenario::Memory => contender != Contender::Ceiling,
-            Scenario::Restart => !matches!(contender, Contender::Ceiling | Contender::SampleController),
+            // Events off is a comparison of converging work: what ours holds and reads is
+            // the same with Events on.
+            _ if contender == Contender::OursEventsOff => false,
+            Scenario::Steady | Scenario::Memory => !contender.is_ceiling(),
+            Scenario::Restart => !contender.is_ceiling() && contender != Contender::SampleController,
         }
     }
 }
@@ -243,13 +265,25 @@ pub struct RunResult {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub etcd_writes: BTreeMap<String, u64>,
     /// Backlog and burst: the Events about Foos in the namespace once the contender settled (a
-    /// series counts once); `None` in results from before they were counted.
+    /// series counts once), plus the Foo outcomes counted in summaries of the namespace
+    /// (`events_summarised`); `None` in results from before they were counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<u64>,
+    /// Backlog and burst: of `events`, the outcomes our operator counted in summaries rather
+    /// than wrote one by one; `None` where there were none, or in results from before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events_summarised: Option<u64>,
     /// Backlog and burst: when the last Event about a Foo was written, in seconds since the
     /// run's start (as `seconds`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_event_seconds: Option<f64>,
+    /// Backlog and burst, ours: its Event queue over the run, read from its /metrics.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub event_queue: Vec<super::event_queue::Sample>,
+    /// Backlog and burst, ours: the Events it wrote one by one before the last Foo converged
+    /// (from `event_queue`), competing with the writes that converge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events_while_converging: Option<u64>,
     /// Converged Foos over time (seconds, count), for the chart.
     pub timeline: Vec<(f64, usize)>,
     /// Runs that began on a freshly started apiserver: how the wait for it to go quiet ended.

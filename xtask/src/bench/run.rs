@@ -26,9 +26,10 @@ use local_cluster::Component;
 
 use super::apiserver::{self, RequestCounts};
 use super::contender::{Contenders, Ready};
+use super::event_queue::{self, Sampler};
 use super::model::{Contender, RunResult, RunSpec, Scenario};
 use super::proc_stats::{self, ProcStats};
-use super::tracker::{Outcome, Tracker};
+use super::tracker::{EventsWritten, Outcome, Tracker};
 
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -52,19 +53,24 @@ impl Env {
     }
 
     fn start_at(&self, contender: Contender, concurrency: usize) -> Result<Running> {
-        let (component, ready) =
+        let (component, ready, metrics) =
             self.contenders
                 .start(contender, &self.kubeconfig, concurrency, &self.logs)?;
-        Ok(Running(component, ready))
+        Ok(Running(component, ready, metrics))
     }
 }
 
 /// A started contender, stopped when dropped, so that no run leaves one behind.
-struct Running(Component, Ready);
+struct Running(Component, Ready, Option<u16>);
 
 impl Running {
     fn pid(&self) -> i32 {
         self.0.pid
+    }
+
+    /// For ours, a reader of its Event queue from `start` on.
+    fn sample_event_queue(&self, start: Instant) -> Option<Sampler> {
+        self.2.map(|port| Sampler::start(port, start))
     }
 
     /// Waits until it says it is ready, polling every 20 ms.
@@ -124,10 +130,25 @@ impl RunResult {
         self
     }
 
-    fn with_events(mut self, events: Option<(u64, Option<f64>)>) -> Self {
-        if let Some((count, last)) = events {
-            self.events = Some(count);
-            self.last_event_seconds = last;
+    fn with_events(mut self, events: Option<(EventsWritten, Instant)>) -> Self {
+        if let Some((written, start)) = events {
+            self.events = Some(written.about_foos + written.summarised);
+            self.events_summarised = (written.summarised > 0).then_some(written.summarised);
+            self.last_event_seconds = written
+                .last
+                .map(|at| at.saturating_duration_since(start).as_secs_f64());
+        }
+        self
+    }
+
+    /// Ours' Event queue over the run, and how many Events it wrote one by one while the Foos
+    /// converged. After [`Self::with_outcome`] and once the Events are written.
+    fn with_event_queue(mut self, sampler: Option<Sampler>) -> Self {
+        if let Some(sampler) = sampler {
+            self.event_queue = sampler.finish();
+            self.events_while_converging = self
+                .seconds
+                .and_then(|converged| event_queue::published_by(&self.event_queue, converged));
         }
         self
     }
@@ -194,7 +215,8 @@ async fn backlog(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult
     let mut result = RunResult::new(spec)
         .with_outcome(&backlog.outcome, &tracker)
         .with_stats(stats)
-        .with_events(events);
+        .with_events(events)
+        .with_event_queue(backlog.event_queue);
     result.count_requests(&RequestCounts::scrape(&env.client).await?, &backlog.counts_before);
     result.timeline = tracker.timeline(backlog.start);
     Ok(result)
@@ -207,6 +229,8 @@ struct Backlog {
     /// The request counters just before the contender started.
     counts_before: RequestCounts,
     start: Instant,
+    /// Ours' Event queue, read until it is finished.
+    event_queue: Option<Sampler>,
 }
 
 /// Creates the backlog, starts the contender and waits until it converged.
@@ -216,6 +240,10 @@ async fn converge_backlog(env: &Env, spec: &RunSpec, tracker: &Tracker, namespac
     let counts_before = RequestCounts::scrape(&env.client).await?;
     let start = Instant::now();
     let contender = env.start(spec)?;
+    // Only where Events are measured: the other scenarios measure what ours spends alone.
+    let event_queue = (spec.scenario == Scenario::Backlog)
+        .then(|| contender.sample_event_queue(start))
+        .flatten();
     let outcome = tracker
         .wait_converged(spec.n, start, env.options.timeout, &contender.0)
         .await;
@@ -224,6 +252,7 @@ async fn converge_backlog(env: &Env, spec: &RunSpec, tracker: &Tracker, namespac
         outcome,
         counts_before,
         start,
+        event_queue,
     })
 }
 
@@ -235,6 +264,7 @@ async fn burst(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> 
     let cpu_before = proc_stats::read(contender.pid())?.cpu_seconds;
     let before = RequestCounts::scrape(&env.client).await?;
     let start = Instant::now();
+    let event_queue = contender.sample_event_queue(start);
     apiserver::create_foos(&env.client, namespace, spec.n).await?;
     let outcome = tracker
         .wait_converged(spec.n, start, env.options.timeout, &contender.0)
@@ -246,7 +276,8 @@ async fn burst(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> 
     let mut result = RunResult::new(spec)
         .with_outcome(&outcome, &tracker)
         .with_stats(stats)
-        .with_events(events);
+        .with_events(events)
+        .with_event_queue(event_queue);
     result.count_requests(&RequestCounts::scrape(&env.client).await?, &before);
     remove_own_creates(&mut result.requests, "POST foos", spec.n);
     remove_own_creates(&mut result.etcd_writes, "create foos", spec.n);
@@ -405,13 +436,15 @@ async fn settle(contender: &Running, outcome: &Outcome) -> Result<()> {
 /// Once converged: the Events about Foos, and when the last was written (seconds since
 /// `start`), once none was written for a while. A contender may write its Events after its
 /// other writes, so they are waited for, and its CPU time and requests include them.
-async fn events_written(tracker: &Tracker, outcome: &Outcome, start: Instant) -> Option<(u64, Option<f64>)> {
+async fn events_written(
+    tracker: &Tracker,
+    outcome: &Outcome,
+    start: Instant,
+) -> Option<(EventsWritten, Instant)> {
     if !matches!(outcome, Outcome::Converged(_)) {
         return None;
     }
-    let (count, last) = tracker.wait_events_written(secs(3), EVENTS_MAX).await;
-    let since = last.map(|at| at.saturating_duration_since(start).as_secs_f64());
-    Some((count as u64, since))
+    Some((tracker.wait_events_written(secs(3), EVENTS_MAX).await, start))
 }
 
 /// How long a converged contender's Events are waited for, at most.

@@ -2,9 +2,10 @@
 //! written and its Deployment exists. Watches, not polls: a watch that is open before the
 //! request counters are read and still open after adds nothing to them (the apiserver counts a
 //! request when it ends), so the benchmark's observation stays out of the contenders' numbers.
-//! A third watch counts the Events about Foos and notes when the last one was written.
+//! A third watch counts the Events about Foos and notes when the last one was written, and a
+//! fourth the Foo outcomes our operator counted in summaries of the namespace instead.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,8 @@ struct Progress {
     /// bumps their counts every 30 s for as long as it runs, and those are later syncs, not the
     /// convergence's Events arriving late.
     last_event: Option<Instant>,
+    /// Our operator's summaries of the namespace, by name: how many Events each stands for.
+    summaries: HashMap<String, u64>,
 }
 
 impl Progress {
@@ -60,6 +63,21 @@ impl Progress {
         }
     }
 
+    fn saw_summary(&mut self, name: &str, stands_for: u64, at: Instant) {
+        if self.summaries.insert(name.to_owned(), stands_for).is_none() {
+            self.last_event = Some(at);
+        }
+    }
+
+    /// Events written about Foos, and the outcomes counted in summaries.
+    fn events(&self) -> EventsWritten {
+        EventsWritten {
+            about_foos: self.events.len() as u64,
+            summarised: self.summaries.values().sum(),
+            last: self.last_event,
+        }
+    }
+
     fn converged_one(&mut self) {
         self.converged += 1;
         self.timeline.push((Instant::now(), self.converged));
@@ -67,6 +85,17 @@ impl Progress {
 }
 
 const TIMELINE_POINTS: usize = 500;
+
+/// What the Event watches saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EventsWritten {
+    /// Events about Foos (a series counts once).
+    pub about_foos: u64,
+    /// Foo outcomes counted in summaries of the namespace (ours only).
+    pub summarised: u64,
+    /// When the last Event about a Foo or summary first appeared.
+    pub last: Option<Instant>,
+}
 
 /// How waiting for convergence ended.
 #[derive(Debug)]
@@ -124,9 +153,40 @@ impl Tracker {
             events,
             watcher::Config::default().fields("involvedObject.kind=Foo"),
         );
-        let event_task = follow(events, progress.clone(), sender, events_ready.0, |progress, e| {
-            progress.saw_event(&kube::ResourceExt::name_any(&e), Instant::now());
-        });
+        let event_task = follow(
+            events,
+            progress.clone(),
+            sender.clone(),
+            events_ready.0,
+            |progress, e| {
+                progress.saw_event(&kube::ResourceExt::name_any(&e), Instant::now());
+            },
+        );
+        let summaries_ready = tokio::sync::oneshot::channel();
+        let summaries = kube::Api::<PartialObjectMeta<CoreEvent>>::namespaced(client.clone(), namespace);
+        let summaries = watcher::watcher(
+            summaries,
+            watcher::Config::default().fields(&format!(
+                "involvedObject.kind=Namespace,reason={}",
+                sample_operator_api::events::SUMMARY_REASON
+            )),
+        );
+        let summary_task = follow(
+            summaries,
+            progress.clone(),
+            sender,
+            summaries_ready.0,
+            |progress, e| {
+                let stands_for = e
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(sample_operator_api::events::SUMMARISED_ANNOTATION))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                progress.saw_summary(&kube::ResourceExt::name_any(&e), stands_for, Instant::now());
+            },
+        );
         let tracker = Self {
             progress,
             counts,
@@ -134,9 +194,15 @@ impl Tracker {
                 tokio::spawn(foo_task),
                 tokio::spawn(deployment_task),
                 tokio::spawn(event_task),
+                tokio::spawn(summary_task),
             ],
         };
-        for ready in [foos_ready.1, deployments_ready.1, events_ready.1] {
+        for ready in [
+            foos_ready.1,
+            deployments_ready.1,
+            events_ready.1,
+            summaries_ready.1,
+        ] {
             tokio::time::timeout(Duration::from_secs(60), ready)
                 .await
                 .context("the watches did not list the namespace within a minute")?
@@ -194,18 +260,19 @@ impl Tracker {
         self.counts.borrow().1
     }
 
-    /// Waits until no new Event about a Foo appeared for `quiet` (at most `max`), then returns
-    /// how many there are and when the last appeared, if any.
-    pub async fn wait_events_written(&self, quiet: Duration, max: Duration) -> (usize, Option<Instant>) {
+    /// Waits until no new Event about a Foo or summary appeared for `quiet` (at most `max`),
+    /// then returns what was written.
+    pub async fn wait_events_written(&self, quiet: Duration, max: Duration) -> EventsWritten {
         let give_up = Instant::now() + max;
         loop {
-            let (count, last) = {
-                let progress = self.progress.lock().expect("progress lock");
-                (progress.events.len(), progress.last_event)
-            };
+            let written = self.progress.lock().expect("progress lock").events();
             let now = Instant::now();
-            if now >= give_up || last.is_none_or(|at| now.saturating_duration_since(at) >= quiet) {
-                return (count, last);
+            if now >= give_up
+                || written
+                    .last
+                    .is_none_or(|at| now.saturating_duration_since(at) >= quiet)
+            {
+                return written;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

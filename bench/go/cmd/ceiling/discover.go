@@ -111,5 +111,6 @@ func toFooRef(obj *unstructured.Unstructured) (fooRef, error) {
 		uid:            string(obj.GetUID()),
 		deploymentName: deploymentName,
 		replicas:       int32(replicas),
+		generation:     obj.GetGeneration(),
 	}, nil
 }

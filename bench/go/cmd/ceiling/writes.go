@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -25,14 +28,18 @@ var fooResource = schema.GroupVersionResource{
 type fooRef struct {
 	namespace, name, uid, deploymentName string
 	replicas                             int32
+	generation                           int64
 }
 
 type writer struct {
 	deployments kubernetes.Interface
 	foos        dynamic.NamespaceableResourceInterface
+	// ours: our operator's three writes (the status by server-side apply with a Ready
+	// condition, and an Event), not the plain two.
+	ours bool
 }
 
-func newWriter(config *rest.Config) (*writer, error) {
+func newWriter(config *rest.Config, ours bool) (*writer, error) {
 	typed, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, err
@@ -41,7 +48,7 @@ func newWriter(config *rest.Config) (*writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &writer{deployments: typed, foos: untyped.Resource(fooResource)}, nil
+	return &writer{deployments: typed, foos: untyped.Resource(fooResource), ours: ours}, nil
 }
 
 // converge issues a controller's two writes for one Foo. A Deployment that already exists (a
@@ -56,11 +63,68 @@ func (w *writer) converge(ctx context.Context, foo fooRef) error {
 	case !apierrors.IsAlreadyExists(err):
 		return fmt.Errorf("creating Deployment: %w", err)
 	}
+	if w.ours {
+		return w.writeAsOurs(ctx, foo, available)
+	}
 	status := fmt.Appendf(nil, `{"status":{"availableReplicas":%d}}`, available)
 	_, err = w.foos.Namespace(foo.namespace).
 		Patch(ctx, foo.name, types.MergePatchType, status, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return fmt.Errorf("patching status: %w", err)
+	}
+	return nil
+}
+
+// writeAsOurs issues the rest of our operator's writes for a Foo whose Deployment was just
+// created: its status by server-side apply, with the observed generation and a Ready
+// condition saying the Deployment is progressing, as ours words it; then one events.k8s.io
+// Event about the Foo, as ours writes it when its events are all written.
+func (w *writer) writeAsOurs(ctx context.Context, foo fooRef, available int32) error {
+	now := metav1.NowMicro()
+	message := fmt.Sprintf("Deployment %q has %d of %d replicas available", foo.deploymentName, available, foo.replicas)
+	status := map[string]any{
+		"apiVersion": "samplecontroller.k8s.io/v1alpha1",
+		"kind":       "Foo",
+		"metadata":   map[string]any{"name": foo.name, "namespace": foo.namespace},
+		"status": map[string]any{
+			"availableReplicas":  available,
+			"observedGeneration": foo.generation,
+			"conditions": []any{map[string]any{
+				"type": "Ready", "status": "False", "reason": "Progressing", "message": message,
+				"observedGeneration": foo.generation,
+				"lastTransitionTime": now.UTC().Format(time.RFC3339),
+			}},
+		},
+	}
+	body, err := json.Marshal(status)
+	if err != nil {
+		return err
+	}
+	_, err = w.foos.Namespace(foo.namespace).Patch(ctx, foo.name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: "ceiling", Force: ptr.To(true)}, "status")
+	if err != nil {
+		return fmt.Errorf("applying status: %w", err)
+	}
+	event := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("%s.%x", foo.name, now.UnixNano()),
+			Namespace: foo.namespace,
+		},
+		EventTime: now,
+		Regarding: corev1.ObjectReference{
+			APIVersion: "samplecontroller.k8s.io/v1alpha1", Kind: "Foo",
+			Namespace: foo.namespace, Name: foo.name, UID: types.UID(foo.uid),
+		},
+		Type:                "Normal",
+		Reason:              "Synced",
+		Note:                "Foo synced successfully",
+		Action:              "Sync",
+		ReportingController: "ceiling",
+		ReportingInstance:   "ceiling",
+	}
+	_, err = w.deployments.EventsV1().Events(foo.namespace).Create(ctx, event, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating Event: %w", err)
 	}
 	return nil
 }
