@@ -121,6 +121,14 @@ fn the_quick_benchmark_runs_every_scenario() {
                 }
                 _ => {}
             }
+            // Ours' Event queue was read from its /metrics over the run.
+            match run["contender"].as_str() {
+                Some(c) if c.starts_with("ours") => {
+                    let samples = run["event_queue"].as_array().map_or(0, Vec::len);
+                    assert!(samples > 0, "no Event queue samples: {run}");
+                }
+                _ => {}
+            }
         }
     }
 }

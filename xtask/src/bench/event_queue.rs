@@ -1,4 +1,4 @@
-//! Our operator's Event queue over a run, read from its /metrics every half second: how deep it
+//! Our operator's Event queue over a run, read from its /metrics every quarter of a second: how deep it
 //! was and how long its oldest Event had waited, and how many Events it had written and
 //! summarised by then. So "Events written during convergence" is measured, not estimated.
 
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 /// How often /metrics is read.
-const EVERY: Duration = Duration::from_millis(500);
+const EVERY: Duration = Duration::from_millis(250);
 /// Samples kept in results.json, at most (thinned evenly, the last kept).
 const POINTS: usize = 500;
 
