@@ -105,6 +105,11 @@ pub struct BenchArgs {
         default_value_if("preset", "quick", "16,64")
     )]
     ceiling_concurrencies: Vec<usize>,
+    /// Concurrencies at which ours, the tuned peers and the ceiling doing ours' work run in
+    /// the backlog and burst, in place of `--concurrency`: each row is then that contender at
+    /// its fastest, as its users would tune it. Empty: `--concurrency` only.
+    #[arg(long, value_delimiter = ',')]
+    sweep: Vec<usize>,
     /// Runs of this many Foos or more start on an etcd and kube-apiserver started for them,
     /// instead of deleting the run before's objects (minutes at 100,000).
     #[arg(long, default_value_t = model::LARGE_N, default_value_if("preset", "quick", "500"))]
@@ -316,6 +321,7 @@ async fn describe(args: &BenchArgs, kubernetes_version: &str) -> Meta {
         repeats: args.repeats,
         concurrency: args.concurrency,
         ceiling_concurrencies: args.ceiling_concurrencies.clone(),
+        sweep: args.sweep.clone(),
         rate_limited_cap: args.rate_limited_cap,
         fresh_cluster_from: args.fresh_cluster_from,
         steady_window_seconds: args.steady_window.as_secs(),
@@ -361,6 +367,7 @@ fn check_resumable(args: &BenchArgs, meta: &Meta) -> Result<()> {
         args.steady_window.as_secs(),
         &args.ceiling_concurrencies,
         args.fresh_cluster_from,
+        &args.sweep,
     );
     let then = (
         meta.repeats,
@@ -369,18 +376,21 @@ fn check_resumable(args: &BenchArgs, meta: &Meta) -> Result<()> {
         meta.steady_window_seconds,
         &swept,
         meta.fresh_cluster_from,
+        &meta.sweep,
     );
     // A sitting that started fresh clusters at another size would measure large runs differently.
     if now != then {
         bail!(
             "cannot resume: results.json was taken with --repeats {} --concurrency {} --rate-limited-cap {} \
-             --steady-window {}s --ceiling-concurrencies {} --fresh-cluster-from {}; give the same options",
+             --steady-window {}s --ceiling-concurrencies {} --fresh-cluster-from {} --sweep {}; give the same \
+             options",
             then.0,
             then.1,
             then.2,
             then.3,
             swept.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
             then.5,
+            then.6.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
         );
     }
     Ok(())
@@ -453,8 +463,11 @@ fn plan(args: &BenchArgs) -> Vec<RunSpec> {
                     {
                         continue;
                     }
+                    let timed = matches!(scenario, Scenario::Backlog | Scenario::Burst);
                     let concurrencies = if contender == Contender::Ceiling {
                         args.ceiling_concurrencies.clone()
+                    } else if timed && contender.takes_concurrency() && !args.sweep.is_empty() {
+                        args.sweep.clone()
                     } else {
                         vec![args.concurrency]
                     };
@@ -518,6 +531,7 @@ mod tests {
             repeats: taken.repeats,
             concurrency: taken.concurrency,
             ceiling_concurrencies: taken.ceiling_concurrencies.clone(),
+            sweep: vec![],
             rate_limited_cap: taken.rate_limited_cap,
             fresh_cluster_from: taken.fresh_cluster_from,
             steady_window_seconds: taken.steady_window.as_secs(),
@@ -527,6 +541,8 @@ mod tests {
         assert!(check_resumable(&args("--preset quick"), &meta).is_ok());
         let error = check_resumable(&args("--preset quick --fresh-cluster-from 100"), &meta).unwrap_err();
         assert!(error.to_string().contains("--fresh-cluster-from 500"), "{error}");
+        // Nor join a sweep to runs that were not swept.
+        assert!(check_resumable(&args("--preset quick --sweep 16,64"), &meta).is_err());
     }
 
     #[test]
@@ -552,6 +568,36 @@ mod tests {
                 (Contender::Ceiling, 16),
                 (Contender::Ceiling, 64),
                 (Contender::Ours, 16),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_sweep_runs_the_tunable_contenders_at_each_concurrency_in_the_timed_scenarios_only() {
+        let plan = plan(&args(
+            "--n 10 --scenarios backlog,memory --contenders ours,sample-controller,controller-runtime-tuned,ceiling,ceiling-ours \
+             --ceiling-concurrencies 8 --sweep 16,64",
+        ));
+        let order: Vec<(Scenario, Contender, usize)> = plan
+            .iter()
+            .filter(|r| r.repeat == 0)
+            .map(|r| (r.scenario, r.contender, r.concurrency))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                (Scenario::Backlog, Contender::Ours, 16),
+                (Scenario::Backlog, Contender::Ours, 64),
+                // At its defaults: one worker, not a setting its users tune here.
+                (Scenario::Backlog, Contender::SampleController, 16),
+                (Scenario::Backlog, Contender::ControllerRuntimeTuned, 16),
+                (Scenario::Backlog, Contender::ControllerRuntimeTuned, 64),
+                (Scenario::Backlog, Contender::Ceiling, 8),
+                (Scenario::Backlog, Contender::CeilingOurs, 16),
+                (Scenario::Backlog, Contender::CeilingOurs, 64),
+                // (Memory at 100,000 Foos: past where the peers at their defaults stop.)
+                (Scenario::Memory, Contender::Ours, 16),
+                (Scenario::Memory, Contender::ControllerRuntimeTuned, 16),
             ]
         );
     }

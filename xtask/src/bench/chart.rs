@@ -10,7 +10,7 @@ use std::sync::Once;
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
-use super::model::{Contender, RunResult, Scenario, Spread, capitalised, fastest_ceiling};
+use super::model::{Contender, RunResult, Scenario, Spread, capitalised, fastest_concurrency};
 
 const FONT: &str = "sans-serif";
 
@@ -58,10 +58,8 @@ impl<'a> Panel<'a> {
         let lines = Contender::ALL
             .iter()
             .filter_map(|&c| {
-                // The ceiling's line is its fastest concurrency, as in the tables.
-                let fastest = (c == Contender::Ceiling)
-                    .then(|| fastest_ceiling(runs, scenario, planned_n))
-                    .flatten();
+                // A swept contender's line is its fastest concurrency, as in the tables.
+                let fastest = fastest_concurrency(runs, c, scenario, planned_n);
                 let mine: Vec<&RunResult> = runs
                     .iter()
                     .filter(|r| r.scenario == Some(scenario) && r.planned_n == planned_n)

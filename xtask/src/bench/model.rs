@@ -87,6 +87,13 @@ impl Contender {
         )
     }
 
+    /// Whether it takes a concurrency a user would tune (ours' `--concurrency`, the tuned
+    /// peers' workers) or that stands for ours' (the ceiling doing ours' work), so that
+    /// `--sweep` runs it at each.
+    pub fn takes_concurrency(self) -> bool {
+        self.is_ours() || self.is_tuned_peer() || self == Contender::CeilingOurs
+    }
+
     /// A plain client issuing writes, not a controller: it keeps no cache and, once done,
     /// sends nothing.
     pub fn is_ceiling(self) -> bool {
@@ -371,12 +378,18 @@ impl RunResult {
     }
 }
 
-/// The ceiling's concurrency that converged `scenario` at `planned_n` fastest (lowest median),
-/// among those with a successful run: the one the ceiling row stands for.
-pub fn fastest_ceiling(runs: &[RunResult], scenario: Scenario, planned_n: usize) -> Option<usize> {
+/// The concurrency at which `contender` converged `scenario` at `planned_n` fastest (lowest
+/// median), among those with a successful run: the one its row stands for when it was swept
+/// (the ceiling always is).
+pub fn fastest_concurrency(
+    runs: &[RunResult],
+    contender: Contender,
+    scenario: Scenario,
+    planned_n: usize,
+) -> Option<usize> {
     let mut by_concurrency: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
     for run in runs.iter().filter(|r| {
-        r.contender == Some(Contender::Ceiling) && r.scenario == Some(scenario) && r.planned_n == planned_n
+        r.contender == Some(contender) && r.scenario == Some(scenario) && r.planned_n == planned_n
     }) {
         if let (Some(c), Some(seconds)) = (run.concurrency, run.seconds) {
             by_concurrency.entry(c).or_default().push(seconds);
@@ -413,6 +426,9 @@ pub struct Meta {
     pub go_version: String,
     pub repeats: usize,
     pub concurrency: usize,
+    /// `--sweep`: the concurrencies ours and the tuned peers ran at (empty: `concurrency`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sweep: Vec<usize>,
     /// The ceiling's sweep; empty in results from before it swept (it ran at `concurrency`).
     #[serde(default)]
     pub ceiling_concurrencies: Vec<usize>,
@@ -530,8 +546,14 @@ mod tests {
             // A failed run counts for nothing.
             run(128, None),
         ];
-        assert_eq!(fastest_ceiling(&runs, Scenario::Backlog, 1000), Some(64));
-        assert_eq!(fastest_ceiling(&runs, Scenario::Burst, 1000), None);
+        assert_eq!(
+            fastest_concurrency(&runs, Contender::Ceiling, Scenario::Backlog, 1000),
+            Some(64)
+        );
+        assert_eq!(
+            fastest_concurrency(&runs, Contender::Ceiling, Scenario::Burst, 1000),
+            None
+        );
         // The same run at another concurrency is another run.
         let spec = RunSpec {
             scenario: Scenario::Backlog,

@@ -186,8 +186,8 @@ impl Group<'_> {
     }
 }
 
-/// The groups of one scenario and planned size, in the contenders' usual order; the ceiling
-/// has one for each concurrency it ran at.
+/// The groups of one scenario and planned size, in the contenders' usual order; the ceiling,
+/// and a contender run at more than one concurrency (`--sweep`), has one for each.
 fn groups(runs: &[RunResult], scenario: Scenario, planned_n: usize) -> Vec<Group<'_>> {
     let mut groups = Vec::new();
     for &contender in &Contender::ALL {
@@ -200,13 +200,12 @@ fn groups(runs: &[RunResult], scenario: Scenario, planned_n: usize) -> Vec<Group
         let Some(n) = mine.first().map(|r| r.n) else {
             continue;
         };
-        let mut concurrencies: Vec<Option<usize>> = if contender == Contender::Ceiling {
-            mine.iter().map(|r| r.concurrency).collect()
-        } else {
-            vec![None]
-        };
+        let mut concurrencies: Vec<Option<usize>> = mine.iter().map(|r| r.concurrency).collect();
         concurrencies.sort_unstable();
         concurrencies.dedup();
+        if contender != Contender::Ceiling && concurrencies.len() < 2 {
+            concurrencies = vec![None];
+        }
         for concurrency in concurrencies {
             groups.push(Group {
                 contender,
@@ -225,9 +224,14 @@ fn groups(runs: &[RunResult], scenario: Scenario, planned_n: usize) -> Vec<Group
 
 /// The ceiling's fastest group (lowest median), which stands for the ceiling.
 fn fastest_ceiling<'g, 'a>(groups: &'g [Group<'a>]) -> Option<&'g Group<'a>> {
+    fastest(groups, Contender::Ceiling)
+}
+
+/// `contender`'s fastest group (lowest median), which stands for it where it was swept.
+fn fastest<'g, 'a>(groups: &'g [Group<'a>], contender: Contender) -> Option<&'g Group<'a>> {
     groups
         .iter()
-        .filter(|g| g.contender == Contender::Ceiling)
+        .filter(|g| g.contender == contender)
         .filter_map(|g| Some((g, g.seconds()?.median)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(g, _)| g)
@@ -257,10 +261,12 @@ fn ratio<'a>(
     }
 }
 
+/// `contender`'s group with runs: where it was swept, its fastest.
 fn find(groups: &[Group<'_>], contender: Contender) -> Option<usize> {
-    groups
-        .iter()
-        .position(|g| g.contender == contender && !g.runs.is_empty())
+    let fastest = fastest(groups, contender);
+    groups.iter().position(|g| {
+        g.contender == contender && !g.runs.is_empty() && fastest.is_none_or(|f| std::ptr::eq(f, g))
+    })
 }
 
 /// A table row saying `group` has no result, followed by `empty` empty cells.
@@ -353,16 +359,15 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
     md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
     let ours = find(groups, Contender::Ours).map(|i| &groups[i]);
     let ceiling = fastest_ceiling(groups);
-    let sweep: Vec<&Group<'_>> = groups
-        .iter()
-        .filter(|g| g.contender == Contender::Ceiling)
-        .collect();
-    // The ceiling's row is its fastest concurrency (the first, when none has a result).
-    let ceiling_row = ceiling.or(sweep.first().copied());
+    let sweep_of =
+        |contender| -> Vec<&Group<'_>> { groups.iter().filter(|g| g.contender == contender).collect() };
+    // A swept contender's row is its fastest concurrency (the first, when none has a result).
+    let row_of = |contender| fastest(groups, contender).or(sweep_of(contender).first().copied());
     let shown = groups
         .iter()
-        .filter(|g| g.contender != Contender::Ceiling || ceiling_row.is_some_and(|c| std::ptr::eq(c, *g)));
+        .filter(|g| row_of(g.contender).is_some_and(|row| std::ptr::eq(row, *g)));
     for group in shown {
+        let sweep = sweep_of(group.contender);
         let Some(seconds) = group.seconds() else {
             no_result_row(md, group, 10);
             continue;
@@ -395,7 +400,9 @@ fn timed_table(md: &mut String, groups: &[Group<'_>], scenario: Scenario, n: usi
     }
     md.push('\n');
     faster_than_the_ceiling(md, groups, ceiling);
-    ceiling_sweep(md, &sweep);
+    for contender in Contender::ALL {
+        sweep_details(md, &sweep_of(contender));
+    }
     resource_details(md, groups);
 }
 
@@ -422,12 +429,20 @@ fn faster_than_the_ceiling(md: &mut String, groups: &[Group<'_>], ceiling: Optio
     }
 }
 
-/// The ceiling at each concurrency it ran at, folded away under a table.
-fn ceiling_sweep(md: &mut String, sweep: &[&Group<'_>]) {
-    if sweep.len() < 2 {
+/// A swept contender (the ceiling, or any under `--sweep`) at each concurrency it ran at,
+/// folded away under a table.
+fn sweep_details(md: &mut String, sweep: &[&Group<'_>]) {
+    let Some(first) = sweep.first().filter(|_| sweep.len() > 1) else {
         return;
-    }
-    md.push_str("<details><summary>The ceiling at each concurrency</summary>\n\n| At once | Converged in | CPU |\n|--:|--:|--:|\n");
+    };
+    let who = match first.contender {
+        Contender::Ceiling => "The ceiling".to_owned(),
+        other => other.label().to_owned(),
+    };
+    let _ = write!(
+        md,
+        "<details><summary>{who} at each concurrency</summary>\n\n| At once | Converged in | CPU |\n|--:|--:|--:|\n"
+    );
     for group in sweep {
         let (seconds, cpu) = match (group.seconds(), group.cpu()) {
             (Some(seconds), Some(cpu)) => (seconds.show(" s", 1), cpu.show(" s", 2)),
@@ -905,12 +920,15 @@ fn remarks(runs: &[RunResult]) -> Option<String> {
             .note
             .as_ref()
             .map(|note| note.lines().next().unwrap_or_default().to_owned());
-        // The ceiling's runs at each concurrency are runs of their own.
+        // The runs of a swept contender at each concurrency are runs of their own.
         let who = run.contender.map_or_else(String::new, |contender| {
-            label(
-                contender,
-                run.concurrency.filter(|_| contender == Contender::Ceiling),
-            )
+            let swept = contender == Contender::Ceiling
+                || runs.iter().any(|other| {
+                    other.contender == run.contender
+                        && other.scenario == run.scenario
+                        && other.concurrency != run.concurrency
+                });
+            label(contender, run.concurrency.filter(|_| swept))
         });
         for remark in [note, busy, slow].into_iter().flatten() {
             let what = format!(
@@ -1185,6 +1203,37 @@ mod tests {
             md.contains("converges within 1.05× the ceiling: **not met** (1.25)"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn a_swept_contender_stands_at_its_fastest_concurrency() {
+        let at = |contender, concurrency, seconds| RunResult {
+            concurrency: Some(concurrency),
+            ..run(contender, 1000, seconds, 1.0)
+        };
+        let md = markdown(
+            &Results {
+                meta: Meta::default(),
+                runs: vec![
+                    at(Contender::Ours, 16, 10.0),
+                    at(Contender::Ours, 64, 8.0),
+                    at(Contender::ControllerRuntimeTuned, 16, 9.0),
+                    at(Contender::ControllerRuntimeTuned, 64, 7.0),
+                    at(Contender::Ceiling, 16, 6.0),
+                ],
+            },
+            &[],
+        );
+        for line in [
+            "| sample-operator (ours), fastest of its sweep: 64 at once | 1000 | 8.0 s | 1.00 | 1.33 |",
+            "| controller-runtime tuned (Go), fastest of its sweep: 64 at once | 1000 | 7.0 s | 0.88 |",
+            "<details><summary>sample-operator (ours) at each concurrency</summary>",
+            "| 16 | 10.0 s |",
+            "- backlog, N = 1000: converges ahead of the best tuned peer: **not met** (1.14)",
+        ] {
+            assert!(md.contains(line), "{line}\n{md}");
+        }
+        assert!(!md.contains("| sample-operator (ours), 16 at once | 1000 | 10.0 s"), "{md}");
     }
 
     #[test]
