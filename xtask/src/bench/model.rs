@@ -228,7 +228,8 @@ impl fmt::Display for RunSpec {
             self.n,
             self.contender.label()
         )?;
-        if self.contender == Contender::Ceiling {
+        // The ceiling always says it; another contender when a sweep moved it off the default.
+        if self.contender == Contender::Ceiling || self.concurrency != OPERATOR_CONCURRENCY {
             write!(f, ", {} at once", self.concurrency)?;
         }
         if self.n != self.planned_n {
