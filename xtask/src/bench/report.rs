@@ -1233,7 +1233,10 @@ mod tests {
         ] {
             assert!(md.contains(line), "{line}\n{md}");
         }
-        assert!(!md.contains("| sample-operator (ours), 16 at once | 1000 | 10.0 s"), "{md}");
+        assert!(
+            !md.contains("| sample-operator (ours), 16 at once | 1000 | 10.0 s"),
+            "{md}"
+        );
     }
 
     #[test]
