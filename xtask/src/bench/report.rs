@@ -963,6 +963,17 @@ mod tests {
     use crate::bench::model::FreshStart;
     use crate::bench::model::Meta;
 
+    /// RESULTS.md of `runs` alone.
+    fn report_of(runs: Vec<RunResult>) -> String {
+        markdown(
+            &Results {
+                meta: Meta::default(),
+                runs,
+            },
+            &[],
+        )
+    }
+
     fn run(contender: Contender, n: usize, seconds: f64, cpu: f64) -> RunResult {
         RunResult {
             scenario: Some(Scenario::Backlog),
@@ -1211,19 +1222,13 @@ mod tests {
             concurrency: Some(concurrency),
             ..run(contender, 1000, seconds, 1.0)
         };
-        let md = markdown(
-            &Results {
-                meta: Meta::default(),
-                runs: vec![
-                    at(Contender::Ours, 16, 10.0),
-                    at(Contender::Ours, 64, 8.0),
-                    at(Contender::ControllerRuntimeTuned, 16, 9.0),
-                    at(Contender::ControllerRuntimeTuned, 64, 7.0),
-                    at(Contender::Ceiling, 16, 6.0),
-                ],
-            },
-            &[],
-        );
+        let md = report_of(vec![
+            at(Contender::Ours, 16, 10.0),
+            at(Contender::Ours, 64, 8.0),
+            at(Contender::ControllerRuntimeTuned, 16, 9.0),
+            at(Contender::ControllerRuntimeTuned, 64, 7.0),
+            at(Contender::Ceiling, 16, 6.0),
+        ]);
         for line in [
             "| sample-operator (ours), fastest of its sweep: 64 at once | 1000 | 8.0 s | 1.00 | 1.33 |",
             "| controller-runtime tuned (Go), fastest of its sweep: 64 at once | 1000 | 7.0 s | 0.88 |",
@@ -1281,15 +1286,7 @@ mod tests {
             last_event_seconds: Some(last),
             ..run(Contender::Ours, 1000, 10.0, 1.0)
         };
-        let report = |runs| {
-            markdown(
-                &Results {
-                    meta: Meta::default(),
-                    runs,
-                },
-                &[],
-            )
-        };
+        let report = report_of;
         // Every Event in every run, the last 2.5, 40 and 10 s after converging: the median counts.
         let md = report(vec![
             ours(0, 1000, 12.5),
@@ -1319,25 +1316,19 @@ mod tests {
             concurrency: Some(concurrency),
             ..run(contender, 1000, seconds, 1.0)
         };
-        let md = markdown(
-            &Results {
-                meta: Meta::default(),
-                runs: vec![
-                    // Repeat 1 is slow for everyone: only the ratios within a repeat count.
-                    at(Contender::OursEventsOff, 0, 10.0, 16),
-                    at(Contender::OursEventsOff, 1, 20.0, 16),
-                    at(Contender::Ceiling, 0, 10.0, 16),
-                    at(Contender::Ceiling, 1, 30.0, 16),
-                    at(Contender::Ceiling, 0, 9.0, 64),
-                    at(Contender::Ceiling, 1, 18.0, 64),
-                    at(Contender::Ours, 0, 12.0, 16),
-                    at(Contender::Ours, 1, 22.0, 16),
-                    at(Contender::CeilingOurs, 0, 11.0, 16),
-                    at(Contender::CeilingOurs, 1, 21.0, 16),
-                ],
-            },
-            &[],
-        );
+        let md = report_of(vec![
+            // Repeat 1 is slow for everyone: only the ratios within a repeat count.
+            at(Contender::OursEventsOff, 0, 10.0, 16),
+            at(Contender::OursEventsOff, 1, 20.0, 16),
+            at(Contender::Ceiling, 0, 10.0, 16),
+            at(Contender::Ceiling, 1, 30.0, 16),
+            at(Contender::Ceiling, 0, 9.0, 64),
+            at(Contender::Ceiling, 1, 18.0, 64),
+            at(Contender::Ours, 0, 12.0, 16),
+            at(Contender::Ours, 1, 22.0, 16),
+            at(Contender::CeilingOurs, 0, 11.0, 16),
+            at(Contender::CeilingOurs, 1, 21.0, 16),
+        ]);
         for line in [
             // 10/9 and 20/18.
             "- backlog, N = 1000: Events off, within 1.05× the two-write ceiling of the same repeat (median): **not met** (1.11)",
