@@ -66,7 +66,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ours,ours-streaming,ours-events-off,sample-controller,sample-controller-tuned,controller-runtime,controller-runtime-tuned,ceiling,ceiling-ours"
+        default_value = "ours,ours-streaming,ours-events-off,sample-controller,sample-controller-tuned,controller-runtime,controller-runtime-tuned,ceiling,ceiling-ours-status,ceiling-ours"
     )]
     contenders: Vec<Contender>,
     /// Scenarios to run.

@@ -183,6 +183,7 @@ fn color(contender: Contender) -> RGBColor {
         Contender::OursEventsOff => RGBColor(0x8c, 0x2d, 0x04),
         Contender::Ceiling => RGBColor(0x55, 0x55, 0x55),
         Contender::CeilingOurs => RGBColor(0xaa, 0xaa, 0xaa),
+        Contender::CeilingOursStatus => RGBColor(0x88, 0x88, 0x88),
     }
 }
 

@@ -116,7 +116,7 @@ impl Contenders {
                     "-deployment-selector=app.kubernetes.io/managed-by=controller-runtime-foo".into(),
                 ],
             ),
-            Contender::Ceiling | Contender::CeilingOurs => (
+            Contender::Ceiling | Contender::CeilingOurs | Contender::CeilingOursStatus => (
                 self.go_bin.join("ceiling"),
                 vec![
                     format!("-kubeconfig={kubeconfig}"),
@@ -129,6 +129,7 @@ impl Contenders {
             Contender::OursStreaming => args.push("--initial-list=stream".into()),
             Contender::OursEventsOff => args.extend(["--initial-list=list".into(), "--events=none".into()]),
             Contender::CeilingOurs => args.push("-ours".into()),
+            Contender::CeilingOursStatus => args.push("-ours-status".into()),
             _ => {}
         }
         let name = format!("{contender:?}").to_lowercase();
@@ -144,7 +145,7 @@ impl Contenders {
                 text: "Starting workers",
                 from,
             },
-            Contender::Ceiling | Contender::CeilingOurs => Ready::Immediately,
+            Contender::Ceiling | Contender::CeilingOurs | Contender::CeilingOursStatus => Ready::Immediately,
         };
         let metrics = contender.is_ours().then_some(metrics_port);
         Ok((Component::start(&name, &binary, &args, logs)?, ready, metrics))

@@ -45,10 +45,13 @@ pub enum Contender {
     /// The same plain client issuing our operator's three writes (the Deployment, the status
     /// by server-side apply with a Ready condition, an Event), at our `--concurrency`.
     CeilingOurs,
+    /// The same without the Event: ours' two writes with Events off, to tell the status's cost
+    /// from the Event's.
+    CeilingOursStatus,
 }
 
 impl Contender {
-    pub const ALL: [Contender; 9] = [
+    pub const ALL: [Contender; 10] = [
         Contender::Ours,
         Contender::OursStreaming,
         Contender::OursEventsOff,
@@ -57,6 +60,7 @@ impl Contender {
         Contender::ControllerRuntime,
         Contender::ControllerRuntimeTuned,
         Contender::Ceiling,
+        Contender::CeilingOursStatus,
         Contender::CeilingOurs,
     ];
 
@@ -71,6 +75,7 @@ impl Contender {
             Contender::ControllerRuntimeTuned => "controller-runtime tuned (Go)",
             Contender::Ceiling => "ceiling (plain client)",
             Contender::CeilingOurs => "ceiling, ours' three writes (plain client)",
+            Contender::CeilingOursStatus => "ceiling, ours' writes without the Event (plain client)",
         }
     }
 
@@ -91,13 +96,18 @@ impl Contender {
     /// peers' workers) or that stands for ours' (the ceiling doing ours' work), so that
     /// `--sweep` runs it at each.
     pub fn takes_concurrency(self) -> bool {
-        self.is_ours() || self.is_tuned_peer() || self == Contender::CeilingOurs
+        self.is_ours()
+            || self.is_tuned_peer()
+            || matches!(self, Contender::CeilingOurs | Contender::CeilingOursStatus)
     }
 
     /// A plain client issuing writes, not a controller: it keeps no cache and, once done,
     /// sends nothing.
     pub fn is_ceiling(self) -> bool {
-        matches!(self, Contender::Ceiling | Contender::CeilingOurs)
+        matches!(
+            self,
+            Contender::Ceiling | Contender::CeilingOurs | Contender::CeilingOursStatus
+        )
     }
 
     /// A peer at its defaults where a tuned one exists beside it.

@@ -9,7 +9,10 @@
 // server-side apply with a Ready condition, and an events.k8s.io Event: the same work as ours
 // with its Events all written, so that ours is measured against a ceiling doing its own work.
 //
-// Usage: ceiling -kubeconfig PATH [-concurrency N] [-namespace NS] [-ours]
+// With -ours-status it issues ours' writes but the Event, to tell what the status and the Event
+// each cost.
+//
+// Usage: ceiling -kubeconfig PATH [-concurrency N] [-namespace NS] [-ours | -ours-status]
 package main
 
 import (
@@ -32,6 +35,7 @@ func main() {
 		"How many Foos are handled at once; the benchmark sets it to our operator's concurrency.")
 	namespace := flag.String("namespace", "", "Only Foos of this namespace; all namespaces when empty.")
 	ours := flag.Bool("ours", false, "Issue our operator's three writes (Deployment, status with a condition, Event).")
+	oursStatus := flag.Bool("ours-status", false, "Issue our operator's writes without the Event (Deployment, status with a condition).")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -40,7 +44,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("kubeconfig: %v", err)
 	}
-	w, err := newWriter(unlimited(config), *ours)
+	w, err := newWriter(unlimited(config), *ours || *oursStatus, *ours)
 	if err != nil {
 		log.Fatalf("clients: %v", err)
 	}

@@ -34,12 +34,14 @@ type fooRef struct {
 type writer struct {
 	deployments kubernetes.Interface
 	foos        dynamic.NamespaceableResourceInterface
-	// ours: our operator's three writes (the status by server-side apply with a Ready
-	// condition, and an Event), not the plain two.
-	ours bool
+	// oursStatus: the status as our operator writes it (server-side apply, with a Ready
+	// condition), not a merge patch of availableReplicas.
+	oursStatus bool
+	// event: an Event about each Foo too, as our operator writes it.
+	event bool
 }
 
-func newWriter(config *rest.Config, ours bool) (*writer, error) {
+func newWriter(config *rest.Config, oursStatus, event bool) (*writer, error) {
 	typed, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, err
@@ -48,7 +50,7 @@ func newWriter(config *rest.Config, ours bool) (*writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &writer{deployments: typed, foos: untyped.Resource(fooResource), ours: ours}, nil
+	return &writer{deployments: typed, foos: untyped.Resource(fooResource), oursStatus: oursStatus, event: event}, nil
 }
 
 // converge issues a controller's two writes for one Foo. A Deployment that already exists (a
@@ -63,7 +65,7 @@ func (w *writer) converge(ctx context.Context, foo fooRef) error {
 	case !apierrors.IsAlreadyExists(err):
 		return fmt.Errorf("creating Deployment: %w", err)
 	}
-	if w.ours {
+	if w.oursStatus {
 		return w.writeAsOurs(ctx, foo, available)
 	}
 	status := fmt.Appendf(nil, `{"status":{"availableReplicas":%d}}`, available)
@@ -78,7 +80,7 @@ func (w *writer) converge(ctx context.Context, foo fooRef) error {
 // writeAsOurs issues the rest of our operator's writes for a Foo whose Deployment was just
 // created: its status by server-side apply, with the observed generation and a Ready
 // condition saying the Deployment is progressing, as ours words it; then one events.k8s.io
-// Event about the Foo, as ours writes it when its events are all written.
+// Event about the Foo (with -ours), as ours writes it when its events are all written.
 func (w *writer) writeAsOurs(ctx context.Context, foo fooRef, available int32) error {
 	now := metav1.NowMicro()
 	message := fmt.Sprintf("Deployment %q has %d of %d replicas available", foo.deploymentName, available, foo.replicas)
@@ -104,6 +106,9 @@ func (w *writer) writeAsOurs(ctx context.Context, foo fooRef, available int32) e
 		metav1.PatchOptions{FieldManager: "ceiling", Force: ptr.To(true)}, "status")
 	if err != nil {
 		return fmt.Errorf("applying status: %w", err)
+	}
+	if !w.event {
+		return nil
 	}
 	event := &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{
