@@ -94,6 +94,10 @@ pub struct UpOptions {
     /// A real node beside the kwok nodes (containerd, runc, kubelet, kube-proxy, Multus): see
     /// [`crate::node`]. Needs root; a running cluster without one gets it added.
     pub real_node: bool,
+    /// Leave the apiserver's `ShardedListAndWatch` feature gate (KEP-5866, alpha) off, as on
+    /// clusters that have not turned it on: a `shardSelector` is then ignored, and a sharded
+    /// operator must filter on its own side.
+    pub without_sharded_lists: bool,
 }
 
 impl UpOptions {
@@ -104,7 +108,14 @@ impl UpOptions {
             .components
             .iter()
             .any(|c| c.name == "kube-controller-manager");
-        state.etcd.as_ref().is_some_and(Etcd::has_own_ca) && has_controller_manager != self.apiserver_only
+        let sharded_lists = state
+            .components
+            .iter()
+            .filter(|c| c.name == "kube-apiserver")
+            .any(|c| c.args.iter().any(|a| a == SHARDED_LISTS_GATE));
+        state.etcd.as_ref().is_some_and(Etcd::has_own_ca)
+            && has_controller_manager != self.apiserver_only
+            && sharded_lists != self.without_sharded_lists
     }
 }
 
@@ -338,7 +349,7 @@ impl LocalCluster {
         let apiserver = Component::start(
             "kube-apiserver",
             &bin.kube_apiserver,
-            &apiserver_args(&pki, &self.dir, etcd_port, apiserver_port, options.large),
+            &apiserver_args(&pki, &self.dir, etcd_port, apiserver_port, &options),
             &logs,
         )?;
         record(started, apiserver)?;
@@ -517,8 +528,27 @@ fn etcd_health(etcd: &Etcd) -> std::result::Result<Option<()>, String> {
     }
 }
 
-fn apiserver_args(pki: &Pki, dir: &Path, etcd_port: u16, port: u16, large: bool) -> Vec<String> {
-    let (inflight, mutating) = if large { (800, 400) } else { (400, 200) };
+/// KEP-5866's server-side sharded list and watch, alpha in Kubernetes 1.36: what a sharded
+/// operator's watches ask for.
+const SHARDED_LISTS_GATE: &str = "--feature-gates=ShardedListAndWatch=true";
+
+fn apiserver_args(pki: &Pki, dir: &Path, etcd_port: u16, port: u16, options: &UpOptions) -> Vec<String> {
+    let (inflight, mutating) = if options.large { (800, 400) } else { (400, 200) };
+    let mut args = apiserver_base_args(pki, dir, etcd_port, port, inflight, mutating);
+    if !options.without_sharded_lists {
+        args.push(SHARDED_LISTS_GATE.into());
+    }
+    args
+}
+
+fn apiserver_base_args(
+    pki: &Pki,
+    dir: &Path,
+    etcd_port: u16,
+    port: u16,
+    inflight: u32,
+    mutating: u32,
+) -> Vec<String> {
     vec![
         format!("--max-requests-inflight={inflight}"),
         format!("--max-mutating-requests-inflight={mutating}"),
@@ -719,7 +749,11 @@ mod tests {
                     pid: 1,
                     binary: PathBuf::from(name),
                     log: PathBuf::from(format!("{name}.log")),
-                    args: Vec::new(),
+                    args: if *name == "kube-apiserver" {
+                        vec![SHARDED_LISTS_GATE.into()]
+                    } else {
+                        Vec::new()
+                    },
                     env: Vec::new(),
                 })
                 .collect(),
@@ -734,7 +768,16 @@ mod tests {
         let etcd = |large| etcd_args(&pki, Path::new("/tmp/etcd"), 1, 2, large);
         assert!(etcd(false).contains(&"--quota-backend-bytes=2147483648".to_owned()));
         assert!(etcd(true).contains(&"--quota-backend-bytes=8589934592".to_owned()));
-        let apiserver = apiserver_args(&pki, Path::new("/tmp"), 1, 2, true);
+        let apiserver = apiserver_args(
+            &pki,
+            Path::new("/tmp"),
+            1,
+            2,
+            &UpOptions {
+                large: true,
+                ..Default::default()
+            },
+        );
         assert!(apiserver.contains(&"--max-requests-inflight=800".to_owned()));
         assert!(apiserver.contains(&"--max-mutating-requests-inflight=400".to_owned()));
     }
@@ -769,7 +812,7 @@ mod tests {
             "{etcd:?}"
         );
 
-        let apiserver = apiserver_args(&pki, Path::new("/tmp"), 2379, 6443, false);
+        let apiserver = apiserver_args(&pki, Path::new("/tmp"), 2379, 6443, &UpOptions::default());
         for arg in [
             "--etcd-servers=https://127.0.0.1:2379",
             "--etcd-cafile=/tmp/pki/etcd-ca.crt",
@@ -834,5 +877,15 @@ mod tests {
         assert!(!UpOptions::default().started(&apiserver_only));
         assert!(only.started(&apiserver_only));
         assert!(!only.started(&full));
+        // Nor one started with the other setting of the sharded lists' gate.
+        let without = UpOptions {
+            without_sharded_lists: true,
+            ..UpOptions::default()
+        };
+        assert!(!without.started(&full));
+        let mut gate_off = full.clone();
+        gate_off.components[1].args.clear();
+        assert!(without.started(&gate_off));
+        assert!(!UpOptions::default().started(&gate_off));
     }
 }

@@ -20,6 +20,9 @@ use crate::runtime::leader::{LeaseConfig, Outcome};
 use crate::runtime::requests::RequestCounter;
 use crate::runtime::server::MetricsAccess;
 use crate::runtime::server::auth::Authorizer;
+use crate::runtime::sharding::ShardRun;
+use crate::runtime::sharding::layer::Selectors;
+use crate::runtime::sharding::membership::ShardConfig;
 use crate::runtime::watch::{InitialList, InitialListChoice};
 use crate::runtime::{RuntimeConfig, Supervised, Telemetry};
 use crate::{ControllerName, RunConfig, foo};
@@ -190,6 +193,8 @@ pub struct RunArgs {
     pub drain_seconds: u64,
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
+    #[command(flatten)]
+    pub sharding: ShardingArgs,
     #[command(flatten)]
     pub network_backend: NetworkBackendArgs,
     #[command(flatten)]
@@ -457,6 +462,26 @@ impl LeaderElectionArgs {
     }
 }
 
+/// Sharding among replicas.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ShardingArgs {
+    /// Split the objects among the replicas instead of electing one: each replica holds a
+    /// member Lease (in the leader election's namespace, for the same duration) and reconciles
+    /// the objects hashing into its share of 64 buckets, sent to the API server as KEP-5866's
+    /// shardSelector. Foos are split by UID, MyCustomResources and their Pods and Networks by
+    /// namespace.
+    #[arg(long, env = "SAMPLE_OPERATOR_SHARDING", conflicts_with = "leader_elect")]
+    pub sharding: bool,
+    /// Names the sharding Leases (`NAME-holders`, `NAME-member-…`): replicas with one name
+    /// share the buckets.
+    #[arg(
+        long,
+        env = "SAMPLE_OPERATOR_SHARDING_NAME",
+        default_value = "sample-operator-shards"
+    )]
+    pub sharding_name: String,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Plain,
@@ -586,8 +611,10 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
 
     let config = kube_config(&args.cluster).await?;
     let server = config.cluster_url.to_string();
+    // The selectors a sharded replica sends; empty (and the layer idle) otherwise.
+    let selectors = Selectors::default();
     let client = requests
-        .client(config)
+        .client_with(config, &selectors)
         .map_err(|e| format!("cannot build a client for {server}: {e}"))?;
     let runtime = RuntimeConfig {
         namespace: args.namespace.clone(),
@@ -645,12 +672,88 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     let drain = Duration::from_secs(args.drain_seconds);
     let instance = run.runtime.instance.clone();
     let client_for_lease = client.clone();
+    let telemetry_health = telemetry.health.clone();
+    let outcome = if args.sharding.sharding {
+        let election = &args.leader_election;
+        let config = ShardConfig {
+            ring: args.sharding.sharding_name.clone(),
+            namespace: election.namespace(),
+            duration: Duration::from_secs(election.lease_duration_seconds),
+            grace: Duration::from_secs(election.lease_grace_seconds),
+            settle: SHARDING_SETTLE,
+        };
+        let identity = crate::runtime::leader::identity(&instance);
+        let on_buckets = {
+            let telemetry = telemetry.clone();
+            move |buckets, stopped| {
+                // The last run's selectors go with it.
+                selectors.clear();
+                let mut run = run.clone();
+                run.runtime.shard = Some(ShardRun {
+                    buckets,
+                    selectors: selectors.clone(),
+                });
+                crate::run_with(client.clone(), run, telemetry.clone(), stopped)
+            }
+        };
+        crate::runtime::sharding::membership::run_sharded(
+            client_for_lease,
+            &identity,
+            telemetry,
+            config,
+            drain,
+            shutdown_signal(),
+            on_buckets,
+        )
+        .await
+        .map_err(|e| e.to_string())?
+    } else {
+        run_single(client, client_for_lease, run, &args, &instance, telemetry, drain).await?
+    };
+    let _ = stop_http.send(());
+    let _ = tokio::join!(probes, metrics);
+    match outcome {
+        Outcome::Stopped => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+        Outcome::LostLease if args.sharding.sharding => Err(
+            "another replica holds buckets this one was reconciling; exiting so that this replica restarts and joins again".into(),
+        ),
+        Outcome::LostLease => {
+            Err("lost the leader lease; exiting so that this replica restarts as a standby".into())
+        }
+        Outcome::RenewalsFailed if args.sharding.sharding => Err(
+            "could not renew this replica's sharding Lease before it expired (is the API server reachable, may this replica update Leases?); exiting so that this replica restarts and joins again".into(),
+        ),
+        Outcome::RenewalsFailed => Err(
+            "could not renew the leader lease before it expired (is the API server reachable, may this replica update Leases?); exiting so that this replica restarts as a standby".into(),
+        ),
+        Outcome::ControllersEnded => Err(format!(
+            "{}; exiting so that Kubernetes restarts the operator",
+            telemetry_health.liveness().err().unwrap_or_else(|| "the controllers ended".into())
+        )),
+    }
+}
+
+/// How long a sharded replica waits after the members change before moving buckets.
+const SHARDING_SETTLE: Duration = Duration::from_secs(1);
+
+/// The controllers on one replica: elected among replicas, or alone.
+async fn run_single(
+    client: kube::Client,
+    client_for_lease: kube::Client,
+    run: RunConfig,
+    args: &RunArgs,
+    instance: &str,
+    telemetry: Telemetry,
+    drain: Duration,
+) -> Result<Outcome, String> {
     let controllers = {
         let telemetry = telemetry.clone();
         move |stopped| crate::run_with(client, run, telemetry, stopped)
     };
-    let telemetry_health = telemetry.health.clone();
-    let outcome = if args.leader_election.leader_elect {
+    Ok(if args.leader_election.leader_elect {
         let election = &args.leader_election;
         let lease = LeaseConfig {
             name: election.leader_election_name.clone(),
@@ -660,7 +763,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         };
         crate::runtime::leader::run_elected(
             client_for_lease,
-            &instance,
+            instance,
             telemetry,
             lease,
             drain,
@@ -681,25 +784,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
         };
         controllers.drain(drain).await;
         outcome
-    };
-    let _ = stop_http.send(());
-    let _ = tokio::join!(probes, metrics);
-    match outcome {
-        Outcome::Stopped => {
-            tracing::info!("stopped");
-            Ok(())
-        }
-        Outcome::LostLease => {
-            Err("lost the leader lease; exiting so that this replica restarts as a standby".into())
-        }
-        Outcome::RenewalsFailed => Err(
-            "could not renew the leader lease before it expired (is the API server reachable, may this replica update Leases?); exiting so that this replica restarts as a standby".into(),
-        ),
-        Outcome::ControllersEnded => Err(format!(
-            "{}; exiting so that Kubernetes restarts the operator",
-            telemetry_health.liveness().err().unwrap_or_else(|| "the controllers ended".into())
-        )),
-    }
+    })
 }
 
 /// What `/readyz` names until the cluster has been checked and the backend configured.

@@ -322,6 +322,10 @@ mod tests {
         metrics.reconcile("foo").finish(Outcome::Panic);
         metrics.set_awaiting_retry("foo", 0);
         metrics.set_leader("sample-operator", true);
+        metrics.set_shards(3, 21, 21, 0);
+        metrics.set_shard_filtering("foos", runtime::metrics::Filtering::Server);
+        metrics.shard_event_filtered("foos");
+        metrics.shard_handover(1, 0);
         metrics.watch_restarted("foos");
         metrics.watch_failed("foos");
         network::metrics::BackendRequests::new(&metrics).count("neutron", "GET", "networks", "ok");

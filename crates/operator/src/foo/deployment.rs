@@ -11,6 +11,7 @@ use kube::ResourceExt;
 use super::cached::CachedDeployment;
 use super::settings::{SETTINGS_LABEL, Settings};
 use super::table::Row;
+use crate::runtime::sharding::{BUCKET_LABEL, bucket_label};
 use sample_operator_api::FooKind;
 use serde_json::json;
 
@@ -58,7 +59,12 @@ pub fn desired(foo: &impl FooKind, settings: &Settings) -> Deployment {
         "metadata": {
             "name": foo.spec().deployment_name,
             "namespace": foo.namespace(),
-            "labels": { MANAGED_BY_LABEL: MANAGED_BY, SETTINGS_LABEL: settings.digest() },
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY,
+                SETTINGS_LABEL: settings.digest(),
+                // The Deployment follows its Foo to the replica that holds the Foo's bucket.
+                BUCKET_LABEL: bucket_label(&foo.uid().unwrap_or_default()),
+            },
             "ownerReferences": [owner],
         },
         "spec": {
@@ -75,7 +81,7 @@ pub fn desired(foo: &impl FooKind, settings: &Settings) -> Deployment {
 
 /// The label keys the operator sets on the Deployment, and on its pod template: in those maps,
 /// the only entries it manages (others' labels are left alone, and are no drift).
-const MANAGED_LABELS: [&str; 2] = [MANAGED_BY_LABEL, SETTINGS_LABEL];
+const MANAGED_LABELS: [&str; 3] = [MANAGED_BY_LABEL, SETTINGS_LABEL, BUCKET_LABEL];
 const TEMPLATE_LABELS: [&str; 2] = ["app", "controller"];
 
 /// The fields of a Deployment the operator manages, borrowed from a desired or an observed one,
@@ -85,7 +91,7 @@ struct Managed<'a> {
     /// There is at most one controller reference, and the desired reference is one: the
     /// observed references contain it exactly when their controller reference is it.
     controller: Option<Reference<'a>>,
-    labels: [Option<&'a str>; 2],
+    labels: [Option<&'a str>; 3],
     replicas: Option<i32>,
     selector: Vec<(&'a str, &'a str)>,
     selector_expressions: Vec<(&'a str, &'a str, &'a [String])>,

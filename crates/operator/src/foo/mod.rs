@@ -44,6 +44,7 @@ use sample_operator_api::{ExampleFoo, Foo, FooKind};
 use crate::runtime::children;
 use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::index::Index;
+use crate::runtime::sharding;
 use crate::runtime::watch::no_preparation;
 use crate::runtime::{Context, FIELD_MANAGER, ReconcileError, Reconciler, Shared, Triggers, Wiring};
 use cached::CachedDeployment;
@@ -137,13 +138,21 @@ pub fn wiring<K: Kind>(shared: &Shared, settings: &Settings) -> Wiring<FooReconc
     // it blocks; kept from the Foo watch, ahead of its cache.
     let by_deployment = Index::new(named_deployment::<K>);
     let index = by_deployment.clone();
-    // Our own status writes do not change the generation: they need no reconcile.
-    let foos = shared.watch_primary::<K>(watcher::Config::default(), predicates::generation, move |event| {
-        index.apply(event)
-    });
+    // Our own status writes do not change the generation: they need no reconcile. Sharded, a
+    // replica holds the Foos whose UIDs hash into its buckets.
+    let foos = shared.sharded_by(sharding::Key::Uid).watch_primary::<K>(
+        watcher::Config::default(),
+        predicates::generation,
+        move |event| index.apply(event),
+    );
     let table = DeploymentTable::default();
     let follow = table.clone();
-    let selector = format!("{}={}", deployment::MANAGED_BY_LABEL, deployment::MANAGED_BY);
+    // A Deployment carries its Foo's bucket as a label (its own UID hashes elsewhere), so a
+    // sharded replica selects its Foos' Deployments by label.
+    let mut selector = format!("{}={}", deployment::MANAGED_BY_LABEL, deployment::MANAGED_BY);
+    if let Some(buckets) = shared.buckets() {
+        selector = format!("{selector},{}", buckets.label_selector());
+    }
     let deployments = shared.watch_followed(
         shared.api::<CachedDeployment>(),
         "deployments",

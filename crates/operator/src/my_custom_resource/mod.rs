@@ -29,6 +29,7 @@ use sample_operator_api::MyCustomResource;
 
 use crate::runtime::descriptor::{Descriptor, OwnResource};
 use crate::runtime::index::Index;
+use crate::runtime::sharding;
 use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Triggers, Wiring};
 pub use pods::PodWatch;
 use pods::{PodCache, PodKey};
@@ -80,6 +81,9 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<MyCustomResourceRe
     // a Pod event already maps to it, so no Pod event falls between the two.
     let by_pod = Index::new(named_pod);
     let index = by_pod.clone();
+    // Sharded by namespace: a resource and the Pod it names share one, so a replica's Pod
+    // cache holds the Pods of its own namespaces only.
+    let shared = &shared.sharded_by(sharding::Key::Namespace);
     // Our own status writes do not change the generation: they need no reconcile.
     let resources = shared.watch_primary::<MyCustomResource>(
         watcher::Config::default(),

@@ -231,7 +231,12 @@ fn primary(shared: &Shared, settings: &Settings) -> Primary {
         },
     );
     Primary {
-        triggers: Triggers::for_stream(networks.events, networks.store).reconcile_on(neighbours),
+        // Sharded by namespace, and by its reconciles only: whether a prefix conflicts is
+        // decided from every Network (across namespaces with Multus), so each replica caches
+        // them all, and Networks are few.
+        triggers: Triggers::for_stream(networks.events, networks.store)
+            .reconcile_on(neighbours)
+            .only_namespaces_in(shared.buckets()),
         conflicts,
         own_writes: networks.own_writes,
         synced: networks.synced,

@@ -103,7 +103,8 @@ impl Manager {
 
 /// Work in a task of its own, which is asked to stop gracefully with a time limit, or aborted.
 pub struct Supervised {
-    stop: oneshot::Sender<()>,
+    /// Taken when the work is asked to stop.
+    stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
     ended: bool,
 }
@@ -122,7 +123,7 @@ impl Supervised {
             .boxed(),
         ));
         Self {
-            stop,
+            stop: Some(stop),
             task,
             ended: false,
         }
@@ -138,7 +139,9 @@ impl Supervised {
 
     /// Asks the work to stop and waits up to `drain` for it; aborts whatever still runs then.
     pub async fn drain(mut self, drain: Duration) {
-        let _ = self.stop.send(());
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
         if self.ended {
             return;
         }
@@ -153,6 +156,14 @@ impl Supervised {
 
     /// Stops the work at once, wherever it is: when someone else may already be writing.
     pub fn abort(self) {
+        self.task.abort();
+    }
+}
+
+/// Dropped (its owner aborted, say), the work stops at once rather than run on unwatched: a
+/// dropped `JoinHandle` alone would leave the task running.
+impl Drop for Supervised {
+    fn drop(&mut self) {
         self.task.abort();
     }
 }

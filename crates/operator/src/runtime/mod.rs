@@ -42,6 +42,7 @@ pub mod requests;
 #[cfg(test)]
 pub(crate) mod scenario;
 pub mod server;
+pub mod sharding;
 pub mod status;
 pub mod triggers;
 pub mod turns;
@@ -111,6 +112,8 @@ pub struct RuntimeConfig {
     pub initial_list: watch::InitialList,
     /// Which Events are written.
     pub events: events::EventLevel,
+    /// With `--sharding`, the buckets this replica reconciles; every object when `None`.
+    pub shard: Option<sharding::ShardRun>,
 }
 
 impl Default for RuntimeConfig {
@@ -122,6 +125,7 @@ impl Default for RuntimeConfig {
             instance: default_instance(),
             initial_list: watch::InitialList::default(),
             events: events::EventLevel::default(),
+            shard: None,
         }
     }
 }
@@ -148,6 +152,8 @@ pub struct Shared {
     pub config: RuntimeConfig,
     pub metrics: Arc<metrics::Metrics>,
     pub health: Arc<health::Health>,
+    /// What this controller's sharded watches hash on; see [`Shared::sharded_by`].
+    shard_key: Option<sharding::Key>,
 }
 
 impl Shared {
@@ -166,8 +172,24 @@ impl Shared {
             config,
             metrics: telemetry.metrics,
             health: telemetry.health,
+            shard_key: None,
         };
         (shared, publisher)
+    }
+
+    /// These handles for a controller whose objects are sharded on `key`: with `--sharding`,
+    /// its watches ([`Shared::watch_primary`], [`Shared::watch_cache`], …) bring only the
+    /// objects of this replica's buckets. A controller that never calls this is not sharded.
+    pub fn sharded_by(&self, key: sharding::Key) -> Shared {
+        Shared {
+            shard_key: Some(key),
+            ..self.clone()
+        }
+    }
+
+    /// The buckets this replica reconciles, with `--sharding`.
+    pub fn buckets(&self) -> Option<sharding::Buckets> {
+        self.config.shard.as_ref().map(|s| s.buckets)
     }
 
     /// An `Api` over the watched namespaces.

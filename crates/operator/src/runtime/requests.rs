@@ -13,6 +13,8 @@ use std::task::{Context, Poll};
 use http::{Method, Request, Response};
 use tower::{Layer, Service};
 
+use super::sharding::layer::Selectors;
+
 /// What client-go's `code` label says of a request that got no response.
 pub const NO_RESPONSE: &str = "<error>";
 
@@ -99,6 +101,15 @@ impl RequestCounter {
 
     /// A client from `config` whose requests this counter counts.
     pub fn client(&self, config: kube::Config) -> Result<kube::Client, kube::Error> {
+        self.client_with(config, &Selectors::default())
+    }
+
+    /// [`RequestCounter::client`], whose lists and watches carry `selectors`' shard selectors.
+    pub fn client_with(
+        &self,
+        config: kube::Config,
+        selectors: &Selectors,
+    ) -> Result<kube::Client, kube::Error> {
         let host = config
             .cluster_url
             .authority()
@@ -110,6 +121,7 @@ impl RequestCounter {
         };
         Ok(kube::client::ClientBuilder::try_from(config)?
             .with_layer(&layer)
+            .with_layer(&selectors.layer())
             .build())
     }
 }

@@ -9,10 +9,14 @@ use kube::runtime::controller::{trigger_owners, trigger_self, trigger_with};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
+use super::sharding::Buckets;
+
 /// The triggers of a controller of `K`, and the cache its reconciles read.
 pub struct Triggers<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     streams: Vec<BoxStream<'static, ObjectRef<K>>>,
+    /// Only the objects of namespaces hashing into these buckets are reconciled.
+    namespaces: Option<Buckets>,
 }
 
 /// The objects a trigger stream asks for; a watch's errors are its own to report and retry.
@@ -40,6 +44,7 @@ where
         Self {
             store,
             streams: vec![requested(trigger_self(events, ()))],
+            namespaces: None,
         }
     }
 
@@ -95,6 +100,13 @@ where
         self
     }
 
+    /// Only objects of namespaces in `buckets` are reconciled: for a sharded controller that
+    /// caches every object (a decision needs them all) but reconciles its share.
+    pub fn only_namespaces_in(mut self, buckets: Option<Buckets>) -> Self {
+        self.namespaces = buckets;
+        self
+    }
+
     /// The cache the controller's reconciles read.
     pub fn store(&self) -> Store<K> {
         self.store.clone()
@@ -102,6 +114,15 @@ where
 
     /// Every trigger, in one stream.
     pub(crate) fn into_stream(self) -> (Store<K>, BoxStream<'static, ObjectRef<K>>) {
-        (self.store, futures::stream::select_all(self.streams).boxed())
+        let triggers = futures::stream::select_all(self.streams);
+        let stream = match self.namespaces {
+            Some(buckets) => triggers
+                .filter(move |object| {
+                    futures::future::ready(buckets.admits(object.namespace.as_deref().unwrap_or_default()))
+                })
+                .boxed(),
+            None => triggers.boxed(),
+        };
+        (self.store, stream)
     }
 }

@@ -22,7 +22,9 @@ use tokio::sync::watch as channel;
 
 use super::Shared;
 use super::controller::Object;
+use super::metrics::Filtering;
 use super::own_writes::OwnWrites;
+use super::sharding::{self, Ownership};
 
 /// How a watch fetches its first list of objects, and again after it lost its place.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -186,10 +188,13 @@ impl Shared {
         let seen = own_writes.clone();
         let (synced, mark) = Synced::new();
         let selection = self.config.initial_list.apply(selection);
-        let events = watcher::watcher(self.api::<K>(), selection)
+        let api = self.api::<K>();
+        let owned = self.owned_only(&api, K::crd_name());
+        let events = watcher::watcher(api, selection)
             .default_backoff()
             // The CRD's name (`foos.example.com`) tells the kinds of one plural apart.
             .inspect(self.metrics.watch_observer(K::crd_name()))
+            .try_filter(owned)
             // (Selecting by label is the apiserver's work, done before the object gets here.)
             .modify(strip_unread_metadata)
             .inspect_ok(move |event| index(event))
@@ -248,15 +253,69 @@ impl Shared {
     {
         let (synced, mark) = Synced::new();
         let selection = self.config.initial_list.apply(selection);
+        let owned = self.owned_only(&api, name);
         let events = watcher::watcher(api, selection)
             .default_backoff()
             .inspect(self.metrics.watch_observer(name))
+            .try_filter(owned)
             .modify(prepare)
             .inspect_ok(move |event| follow(event))
             .inspect_ok(mark)
             .touched_objects()
             .boxed();
         Followed { events, synced }
+    }
+
+    /// With `--sharding`, for a controller [`sharded_by`](Shared::sharded_by) a key: asks the
+    /// API server for `api`'s objects of this replica's buckets only, and returns the filter
+    /// that drops any other (a server without KEP-5866 ignores the selector). Checks once, in
+    /// the background, which of the two filters, for the metrics and the log.
+    fn owned_only<C>(
+        &self,
+        api: &Api<C>,
+        name: &'static str,
+    ) -> impl FnMut(&Event<C>) -> std::future::Ready<bool> + Send + 'static
+    where
+        C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        // Held by the filter, so that the check below ends with the watch.
+        let alive = std::sync::Arc::new(());
+        let ownership = self.shard_key.zip(self.config.shard.as_ref()).map(|(key, run)| {
+            let collection = api.resource_url().to_owned();
+            run.selectors.set(&collection, run.buckets.selector(key));
+            let (client, metrics, watching) = (self.client.clone(), self.metrics.clone(), std::sync::Arc::downgrade(&alive));
+            tokio::spawn(async move {
+                // Until the answers tell (an empty collection does not), while the watch lives.
+                while watching.strong_count() > 0 {
+                    match sharding::server_filters(&client, &collection, key).await {
+                        Ok(Some(true)) => {
+                            metrics.set_shard_filtering(name, Filtering::Server);
+                            return;
+                        }
+                        Ok(Some(false)) => {
+                            tracing::warn!(resource = name, "the API server ignores shardSelector (feature gate ShardedListAndWatch off?): this replica receives every object and drops the other replicas' itself");
+                            metrics.set_shard_filtering(name, Filtering::Client);
+                            return;
+                        }
+                        // The watch reports errors; the filter holds either way.
+                        Ok(None) | Err(_) => tokio::time::sleep(std::time::Duration::from_secs(5)).await,
+                    }
+                }
+            });
+            Ownership {
+                key,
+                buckets: run.buckets,
+            }
+        });
+        let metrics = self.metrics.clone();
+        move |event: &Event<C>| {
+            let _alive = &alive;
+            let admitted = ownership.is_none_or(|o| o.admits(event));
+            if !admitted {
+                metrics.shard_event_filtered(name);
+            }
+            std::future::ready(admitted)
+        }
     }
 
     /// Watches `api`'s objects (as `selection` says) without caching them, for a controller to

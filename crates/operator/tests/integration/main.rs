@@ -19,5 +19,6 @@ mod neutron;
 mod process;
 mod rbac;
 mod real_node;
+mod sharding;
 mod support;
 mod switching;

@@ -24,6 +24,7 @@ mod leader;
 mod objects;
 mod process;
 mod reconciles;
+mod sharding;
 mod watches;
 
 use std::any::Any;
@@ -36,6 +37,7 @@ use prometheus_client::registry::Registry;
 use super::requests::RequestCounter;
 pub use process::ProcessStats;
 pub use reconciles::{Outcome, ReconcileTimer};
+pub use sharding::Filtering;
 
 /// Series labelled by controller alone.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -53,6 +55,7 @@ pub struct Metrics {
     watches: watches::Watches,
     events: events::Events,
     leader: leader::Leader,
+    sharding: sharding::Sharding,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -81,6 +84,7 @@ impl Metrics {
             watches: watches::Watches::register(&mut registry),
             events: events::Events::register(&mut registry),
             leader: leader::Leader::register(&mut registry),
+            sharding: sharding::Sharding::register(&mut registry),
             added: Mutex::default(),
             registry: Mutex::new(registry),
         };

@@ -1,0 +1,599 @@
+//! Sharded replicas (`--sharding`) on the real apiserver: each replica reconciles only the Foos of
+//! its buckets, a killed replica's buckets are taken over once its Lease expires, replicas come
+//! and go during churn, and at no moment do two replicas reconcile the same Foo. Run against
+//! the local cluster, whose apiserver filters by the shardSelector (KEP-5866's feature gate on),
+//! and against an apiserver of its own with the gate off, where every replica filters itself.
+//!
+//! Each replica runs in-process on a client of its own that logs every write it sends, and
+//! each run of its controllers is logged with the buckets it held and when it started and
+//! ended; the checks are made on those logs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use local_cluster::testing::{self, TestNamespace};
+use sample_operator::ControllerName;
+use sample_operator::runtime::leader::Outcome;
+use sample_operator::runtime::metrics::Filtering;
+use sample_operator::runtime::sharding::layer::Selectors;
+use sample_operator::runtime::sharding::membership::{self, HOLDERS_ANNOTATION, ShardConfig};
+use sample_operator::runtime::sharding::{BUCKETS, Buckets, ShardRun, assign, bucket_of, fnv1a};
+use sample_operator::runtime::{Telemetry, requests::RequestCounter};
+use sample_operator_api::Foo;
+
+use crate::foo::new_foo;
+use crate::support::{all_crds, config, metric_sum};
+
+const RING: &str = "shards";
+
+/// Member Leases of 10 s: a killed replica's buckets wait that long. Renewals every 3 s.
+fn shard_config(namespace: &str) -> ShardConfig {
+    ShardConfig {
+        ring: RING.into(),
+        namespace: namespace.to_owned(),
+        duration: Duration::from_secs(10),
+        grace: Duration::from_secs(4),
+        settle: Duration::from_secs(1),
+    }
+}
+
+/// What the replicas did, with when: each run of a replica's controllers and its buckets, and
+/// each write it sent.
+#[derive(Clone, Default)]
+struct Ledger(Arc<Mutex<LedgerEntries>>);
+
+#[derive(Default)]
+struct LedgerEntries {
+    /// (replica, buckets, started, ended: `None` while it runs).
+    runs: Vec<(String, Buckets, Instant, Option<Instant>)>,
+    /// (replica, method, path, sent).
+    writes: Vec<(String, String, String, Instant)>,
+}
+
+impl Ledger {
+    fn run_started(&self, replica: &str, buckets: Buckets) -> usize {
+        let mut entries = self.0.lock().unwrap();
+        entries
+            .runs
+            .push((replica.to_owned(), buckets, Instant::now(), None));
+        entries.runs.len() - 1
+    }
+
+    fn run_ended(&self, run: usize) {
+        self.0.lock().unwrap().runs[run].3.get_or_insert(Instant::now());
+    }
+}
+
+/// Records the end of a run when dropped: a run aborted (its replica killed) ends then too.
+struct RunGuard(Ledger, usize);
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        self.0.run_ended(self.1);
+    }
+}
+
+/// A layer logging a replica's writes in the ledger.
+#[derive(Clone)]
+struct LogWrites(Ledger, String);
+
+impl<S> tower::Layer<S> for LogWrites {
+    type Service = Logged<S>;
+    fn layer(&self, inner: S) -> Logged<S> {
+        Logged {
+            inner,
+            log: self.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Logged<S> {
+    inner: S,
+    log: LogWrites,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Logged<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.method() != http::Method::GET {
+            self.log.0.0.lock().unwrap().writes.push((
+                self.log.1.clone(),
+                request.method().to_string(),
+                request.uri().path().to_owned(),
+                Instant::now(),
+            ));
+        }
+        self.inner.call(request)
+    }
+}
+
+/// One sharded replica running the Foo controller in `namespace`.
+struct Replica {
+    name: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<Outcome, membership::Error>>,
+    telemetry: Telemetry,
+}
+
+fn start_replica(cluster: &kube::Config, namespace: &str, name: &str, ledger: &Ledger) -> Replica {
+    let selectors = Selectors::default();
+    let client = kube::client::ClientBuilder::try_from(cluster.clone())
+        .unwrap()
+        .with_layer(&selectors.layer())
+        .with_layer(&LogWrites(ledger.clone(), name.to_owned()))
+        .build();
+    let telemetry = Telemetry::new(RequestCounter::default());
+    let mut run = config(Some(namespace), &[ControllerName::Foo]);
+    run.runtime.instance = name.to_owned();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn({
+        let (client, telemetry, name, ledger, shard) = (
+            client.clone(),
+            telemetry.clone(),
+            name.to_owned(),
+            ledger.clone(),
+            shard_config(namespace),
+        );
+        async move {
+            let on_buckets = {
+                let (client, telemetry, name) = (client.clone(), telemetry.clone(), name.clone());
+                move |buckets, stopped| {
+                    selectors.clear();
+                    let mut run = run.clone();
+                    run.runtime.shard = Some(ShardRun {
+                        buckets,
+                        selectors: selectors.clone(),
+                    });
+                    let guard = RunGuard(ledger.clone(), ledger.run_started(&name, buckets));
+                    sample_operator::run_with(client.clone(), run, telemetry.clone(), stopped)
+                        .map(move |()| drop(guard))
+                }
+            };
+            membership::run_sharded(
+                client,
+                &name,
+                telemetry,
+                shard,
+                Duration::from_secs(5),
+                async move {
+                    let _ = stopped.await;
+                },
+                on_buckets,
+            )
+            .await
+        }
+    });
+    Replica {
+        name: name.to_owned(),
+        stop,
+        task,
+        telemetry,
+    }
+}
+
+impl Replica {
+    /// Stops it as SIGTERM does: its reconciles drain, it gives its buckets up and leaves.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let outcome = tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("the replica stops")
+            .unwrap()
+            .unwrap();
+        assert_eq!(outcome, Outcome::Stopped, "{}", self.name);
+    }
+
+    /// Stops it as SIGKILL does: nothing more is sent, its Lease and its buckets stay.
+    async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+
+    fn metric(&self, family: &str, labels: &[(&str, &str)]) -> f64 {
+        metric_sum(&self.telemetry.metrics.render(), family, labels)
+    }
+}
+
+/// The holder map, as the replicas last wrote it.
+async fn holders(leases: &Api<Lease>) -> BTreeMap<String, Buckets> {
+    let Ok(Some(lease)) = leases.get_opt(&format!("{RING}-holders")).await else {
+        return BTreeMap::new();
+    };
+    let Some(text) = lease.annotations().get(HOLDERS_ANNOTATION) else {
+        return BTreeMap::new();
+    };
+    let raw: BTreeMap<String, String> = serde_json::from_str(text).unwrap();
+    raw.into_iter().map(|(m, b)| (m, b.parse().unwrap())).collect()
+}
+
+fn members(replicas: &[Replica]) -> BTreeSet<String> {
+    let config = shard_config("");
+    replicas.iter().map(|r| config.member_lease(&r.name)).collect()
+}
+
+/// Waits until every bucket is held by one of `replicas`, and nobody else holds any.
+async fn wait_all_held(leases: &Api<Lease>, replicas: &[Replica], timeout: Duration) {
+    let members = members(replicas);
+    testing::eventually("every bucket held by a live replica", timeout, async || {
+        let holders = holders(leases).await;
+        let held = holders.values().fold(Buckets::NONE, |all, b| all.union(*b));
+        let strangers = holders.keys().any(|m| !members.contains(m));
+        (held == Buckets::ALL && !strangers).then_some(())
+    })
+    .await;
+}
+
+/// Waits until `replicas` hold exactly the buckets their assignment gives each.
+async fn wait_settled(leases: &Api<Lease>, replicas: &[Replica], timeout: Duration) {
+    let members = members(replicas);
+    let assigned = assign(members.iter().map(String::as_str));
+    let started = Instant::now();
+    while holders(leases).await != assigned {
+        assert!(
+            started.elapsed() < timeout,
+            "the replicas do not hold their assignment {assigned:?}: {:?}",
+            holders(leases).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Creates `count` Foos named `prefix-i`, 16 at a time; returns their buckets by name.
+async fn create_foos(foos: &Api<Foo>, prefix: &str, count: usize) -> BTreeMap<String, u32> {
+    futures::stream::iter(0..count)
+        .map(|i| async move {
+            let name = format!("{prefix}-{i}");
+            let foo: Foo = new_foo(&name, &format!("{name}-d"), Some(1));
+            let created = foos
+                .create(&PostParams::default(), &foo)
+                .await
+                .expect("Foo created");
+            (name, bucket_of(fnv1a(&created.uid().unwrap())))
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await
+}
+
+/// Waits until every Foo's status describes its current generation.
+async fn wait_converged(foos: &Api<Foo>, count: usize, timeout: Duration) {
+    testing::eventually("every Foo converged", timeout, async || {
+        let list = foos.list(&Default::default()).await.ok()?;
+        let converged = list
+            .items
+            .iter()
+            .filter(|f| f.status.as_ref().and_then(|s| s.observed_generation) == f.metadata.generation)
+            .count();
+        (list.items.len() == count && converged == count).then_some(())
+    })
+    .await;
+}
+
+/// The checks on the ledger: no bucket was held by two replicas' runs at one moment, and each
+/// write about a Foo (its status, its Deployment) was sent by a replica that had been given the
+/// Foo's bucket, at a moment no other replica's controllers held it.
+fn assert_no_double_work(ledger: &Ledger, buckets: &BTreeMap<String, u32>) {
+    let entries = ledger.0.lock().unwrap();
+    let now = Instant::now();
+    let runs: Vec<(&str, Buckets, Instant, Instant)> = entries
+        .runs
+        .iter()
+        .map(|(r, b, start, end)| (r.as_str(), *b, *start, end.unwrap_or(now)))
+        .collect();
+    for (i, a) in runs.iter().enumerate() {
+        for b in &runs[i + 1..] {
+            let shared = a.1.intersection(b.1);
+            let overlap = a.2 < b.3 && b.2 < a.3;
+            assert!(
+                a.0 == b.0 || shared.is_empty() || !overlap,
+                "buckets {shared} were held by {} and {} at once",
+                a.0,
+                b.0
+            );
+        }
+    }
+    let mut checked = 0;
+    for (replica, method, path, sent) in &entries.writes {
+        // …/foos/NAME/status, …/deployments/NAME-d.
+        let segments: Vec<&str> = path.split('/').collect();
+        let foo = match segments.as_slice() {
+            [.., "foos", name, "status"] => (*name).to_owned(),
+            [.., "deployments", name] => name.trim_end_matches("-d").to_owned(),
+            _ => continue,
+        };
+        let Some(bucket) = buckets.get(&foo) else {
+            continue;
+        };
+        checked += 1;
+        // Sent by a replica that was given the bucket…
+        assert!(
+            runs.iter()
+                .any(|(r, b, start, _)| r == replica && b.contains(*bucket) && start <= sent),
+            "{replica} sent {method} {path} before it ever held bucket {bucket}"
+        );
+        // …and while no other replica held it. (A write of a killed replica's reconcile may
+        // leave a moment after its run is marked ended, as the runtime cancels tasks one by
+        // one; that is no double work until another replica takes the bucket, 10 s later.)
+        if let Some((other, ..)) = runs
+            .iter()
+            .find(|(r, b, start, end)| r != replica && b.contains(*bucket) && start <= sent && sent <= end)
+        {
+            panic!("{replica} sent {method} {path} while {other} held bucket {bucket}");
+        }
+    }
+    assert!(
+        checked >= buckets.len(),
+        "only {checked} writes about the Foos were logged"
+    );
+}
+
+/// Each replica's share: its buckets, and the Foos whose status it wrote.
+fn assert_shares(
+    ledger: &Ledger,
+    replicas: &[Replica],
+    buckets: &BTreeMap<String, u32>,
+    held: &BTreeMap<String, Buckets>,
+) {
+    let config = shard_config("");
+    let entries = ledger.0.lock().unwrap();
+    for replica in replicas {
+        let mine = held[&config.member_lease(&replica.name)];
+        let share = f64::from(mine.len()) / f64::from(BUCKETS);
+        assert!((0.2..=0.5).contains(&share), "{} holds {mine}", replica.name);
+        let written: BTreeSet<&str> = entries
+            .writes
+            .iter()
+            .filter(|(r, _, path, _)| r == &replica.name && path.ends_with("/status"))
+            .filter_map(|(_, _, path, _)| path.rsplit('/').nth(1))
+            .filter(|name| buckets.contains_key(*name))
+            .collect();
+        let share = written.len() as f64 / buckets.len() as f64;
+        assert!(
+            (0.2..=0.5).contains(&share),
+            "{} wrote the status of {} of {} Foos",
+            replica.name,
+            written.len(),
+            buckets.len()
+        );
+    }
+}
+
+/// The whole story on one apiserver: three replicas split a burst of Foos; one is killed
+/// during a second burst and its buckets are taken over within the Lease duration and 5 s;
+/// two more join and three leave while the Foos change; every Foo converges, and the ledger
+/// shows no double work.
+async fn sharded_replicas_converge_and_hand_over(
+    cluster: kube::Config,
+    filtering: Filtering,
+    foos_per_burst: usize,
+) {
+    // The replicas' own account of their moves, shown when the test fails.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("sample_operator::runtime::sharding=info")
+        .with_test_writer()
+        .try_init();
+    let admin = Client::try_from(cluster.clone()).unwrap();
+    let ns = TestNamespace::create(&admin, "sharding").await;
+    let foos: Api<Foo> = Api::namespaced(admin.clone(), &ns.name);
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns.name);
+    let ledger = Ledger::default();
+    let mut replicas: Vec<Replica> = ["a", "b", "c"]
+        .iter()
+        .map(|n| start_replica(&cluster, &ns.name, n, &ledger))
+        .collect();
+    wait_settled(&leases, &replicas, Duration::from_secs(60)).await;
+
+    // Three replicas split a burst.
+    let mut buckets = create_foos(&foos, "first", foos_per_burst).await;
+    wait_converged(&foos, buckets.len(), Duration::from_secs(180)).await;
+    let held = holders(&leases).await;
+    assert_shares(&ledger, &replicas, &buckets, &held);
+    let mode = match filtering {
+        Filtering::Server => "server",
+        Filtering::Client => "client",
+    };
+    for replica in &replicas {
+        // What the dashboard's sharding row shows.
+        let mine = held[&shard_config("").member_lease(&replica.name)];
+        assert_eq!(
+            replica.metric("sample_operator_shard_buckets", &[("state", "held")]),
+            f64::from(mine.len()),
+            "{}",
+            replica.name
+        );
+        assert_eq!(
+            replica.metric("sample_operator_shard_buckets", &[("state", "unheld")]),
+            0.0
+        );
+        assert_eq!(replica.metric("sample_operator_shard_members", &[]), 3.0);
+        // (More when a replica that started early took buckets it gave up as others joined.)
+        assert!(
+            replica.metric(
+                "sample_operator_shard_handovers_total",
+                &[("direction", "acquired")]
+            ) >= f64::from(mine.len())
+        );
+        let resource = "foos.samplecontroller.k8s.io";
+        // Told by a check in the background, within 5 s of the first Foo.
+        let labels = [("resource", resource), ("mode", mode)];
+        testing::eventually(
+            &format!("{}'s filtering told", replica.name),
+            Duration::from_secs(30),
+            async || (replica.metric("sample_operator_shard_filtering", &labels) == 1.0).then_some(()),
+        )
+        .await;
+        let dropped = replica.metric(
+            "sample_operator_shard_filtered_events_total",
+            &[("resource", resource)],
+        );
+        match filtering {
+            // The API server sent each replica its own Foos only.
+            Filtering::Server => assert_eq!(dropped, 0.0, "{}", replica.name),
+            Filtering::Client => assert!(dropped > 0.0, "{}", replica.name),
+        }
+    }
+
+    // One is killed halfway through a second burst.
+    let half = foos_per_burst / 2;
+    buckets.extend(create_foos(&foos, "second", half).await);
+    let killed = replicas.remove(0);
+    killed.kill().await;
+    let killed_at = Instant::now();
+    buckets.extend(create_foos(&foos, "third", foos_per_burst - half).await);
+    wait_all_held(&leases, &replicas, Duration::from_secs(60)).await;
+    let taken_over = killed_at.elapsed();
+    assert!(
+        taken_over <= shard_config("").duration + Duration::from_secs(5),
+        "the killed replica's buckets were held again after {taken_over:?}"
+    );
+    wait_settled(&leases, &replicas, Duration::from_secs(60)).await;
+    wait_converged(&foos, buckets.len(), Duration::from_secs(180)).await;
+
+    // From two to five, then to two, while every Foo changes.
+    let churn = {
+        let foos = foos.clone();
+        let names: Vec<String> = buckets.keys().cloned().collect();
+        tokio::spawn(async move {
+            futures::stream::iter(names)
+                .for_each_concurrent(8, |name| {
+                    let foos = foos.clone();
+                    async move {
+                        let patch = serde_json::json!({ "spec": { "replicas": 2 } });
+                        foos.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                            .await
+                            .expect("Foo scaled");
+                    }
+                })
+                .await
+        })
+    };
+    for joining in ["d", "e", "f"] {
+        replicas.push(start_replica(&cluster, &ns.name, joining, &ledger));
+    }
+    wait_settled(&leases, &replicas, Duration::from_secs(60)).await;
+    for leaving in replicas.drain(..3).collect::<Vec<_>>() {
+        leaving.stop().await;
+    }
+    wait_settled(&leases, &replicas, Duration::from_secs(60)).await;
+    churn.await.unwrap();
+    wait_converged(&foos, buckets.len(), Duration::from_secs(180)).await;
+    testing::eventually("every Foo at 2 replicas", Duration::from_secs(120), async || {
+        let list = foos.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .all(|f| {
+                f.spec.replicas == Some(2)
+                    && f.status.as_ref().and_then(|s| s.observed_generation) == f.metadata.generation
+            })
+            .then_some(())
+    })
+    .await;
+    for replica in replicas {
+        replica.stop().await;
+    }
+    assert!(
+        holders(&leases).await.is_empty(),
+        "the last replicas gave their buckets up"
+    );
+    assert_no_double_work(&ledger, &buckets);
+}
+
+#[tokio::test]
+async fn sharded_replicas_split_the_foos_and_hand_over_without_double_work() {
+    // The local cluster's apiserver, etcd and kube-apiserver only: no Pod of the Foos'
+    // Deployments loads the shared cluster's scheduler and kwok.
+    let Some(cluster) = ApiserverOfItsOwn::start("sharded-replicas", Default::default()).await else {
+        return;
+    };
+    sharded_replicas_converge_and_hand_over(
+        cluster.config.clone(),
+        Filtering::Server,
+        testing::sized(300, 3_000),
+    )
+    .await;
+}
+
+/// The same on an apiserver with KEP-5866's gate off: the replicas' selectors are ignored, and
+/// they filter their Foos themselves.
+#[tokio::test]
+async fn without_the_feature_gate_sharded_replicas_filter_on_their_side() {
+    let options = local_cluster::UpOptions {
+        without_sharded_lists: true,
+        ..Default::default()
+    };
+    let Some(cluster) = ApiserverOfItsOwn::start("no-sharded-lists", options).await else {
+        return;
+    };
+    sharded_replicas_converge_and_hand_over(
+        cluster.config.clone(),
+        Filtering::Client,
+        testing::sized(150, 3_000),
+    )
+    .await;
+}
+
+/// etcd and kube-apiserver of a test's own, with the CRDs installed; stopped and removed,
+/// folder and lock file, however the test ends.
+struct ApiserverOfItsOwn {
+    config: kube::Config,
+    cluster: local_cluster::LocalCluster,
+    dir: std::path::PathBuf,
+}
+
+impl ApiserverOfItsOwn {
+    /// `None` (the test skipped, and said why) against an existing cluster.
+    async fn start(name: &str, options: local_cluster::UpOptions) -> Option<Self> {
+        if testing::uses_existing_cluster() {
+            testing::skipped(
+                name,
+                "it starts an apiserver of its own on this machine, which a run against an existing cluster does not",
+            );
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("sample-operator-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cluster = local_cluster::LocalCluster::new(dir.join("cluster"));
+        let mut own = Self {
+            config: kube::Config::new("http://127.0.0.1:9".parse().unwrap()),
+            cluster: cluster.clone(),
+            dir,
+        };
+        cluster
+            .up_with(local_cluster::UpOptions {
+                apiserver_only: true,
+                ..options
+            })
+            .await
+            .expect("an apiserver of the test's own starts");
+        own.config = cluster.config().await.unwrap();
+        let admin = Client::try_from(own.config.clone()).unwrap();
+        testing::install_crds(&admin, &all_crds())
+            .await
+            .expect("CRDs install");
+        Some(own)
+    }
+}
+
+impl Drop for ApiserverOfItsOwn {
+    fn drop(&mut self) {
+        let _ = self.cluster.down();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
