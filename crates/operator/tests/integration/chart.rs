@@ -199,6 +199,10 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
             ]),
         ),
         (
+            "sharded over four replicas",
+            sets(&["sharding.enabled=true", "replicaCount=4"]),
+        ),
+        (
             "the node clean-up, on the nodes that attach Networks",
             sets(&[
                 "nodeCleanup.enabled=true",
@@ -880,6 +884,7 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
         ("leaderElection.leaseGraceSeconds", |r| {
             r.leader_election.lease_grace_seconds.to_string()
         }),
+        ("sharding.enabled", |r| r.sharding.sharding.to_string()),
         ("metrics.port", |r| r.metrics_address.port().to_string()),
         ("probePort", |r| r.probe_address.port().to_string()),
         ("networkAddressPolicy.allowedPrefixes[0]", |r| {
@@ -968,6 +973,33 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
         }
     }
     let has = |set: &str| sets.iter().any(|s| s == set);
+    // Sharded replicas hold Leases of their own, and delete theirs when they stop; elected
+    // ones compete for one.
+    let sharded = has("sharding.enabled=true");
+    assert_eq!(run.sharding.sharding, sharded, "{name}");
+    assert_eq!(
+        run.leader_election.leader_elect,
+        !sharded && !has("leaderElection.enabled=false"),
+        "{name}"
+    );
+    let lease_verbs: Vec<&str> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Role")
+        .flat_map(|o| o["rules"].as_array().unwrap())
+        .filter(|rule| rule["resources"] == serde_json::json!(["leases"]))
+        .flat_map(|rule| rule["verbs"].as_array().unwrap())
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        lease_verbs.contains(&"delete"),
+        sharded,
+        "{name}: {lease_verbs:?}"
+    );
+    assert_eq!(
+        lease_verbs.is_empty(),
+        !sharded && has("leaderElection.enabled=false"),
+        "{name}: Leases may be used when needed"
+    );
     let image = pod["containers"][0]["image"].as_str().unwrap();
     if has("image.tag=1.2.3") {
         assert_eq!(image, "registry.example.com/sample-operator:1.2.3", "{name}");
