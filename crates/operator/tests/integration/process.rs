@@ -130,6 +130,94 @@ async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Two binaries with `--sharding` split the Foos, each sent its own by the apiserver (the local
+/// cluster's has KEP-5866's gate on); on SIGTERM one gives its buckets up and the other takes
+/// them at once. (As the cluster admin: the plain manifests' Role, for leader election, may not
+/// delete a Lease; the chart's may with `sharding.enabled`.)
+#[tokio::test]
+async fn sharded_binaries_split_the_foos_and_one_takes_all_on_sigterm() {
+    let client = client_with_crds().await;
+    let ns = TestNamespace::create(&client, "sharded").await;
+    let dir = scratch_dir(&ns.name);
+    let kubeconfig_arg = format!(
+        "--kubeconfig={}",
+        local_cluster::LocalCluster::default().kubeconfig().display()
+    );
+    let namespace_arg = format!("--namespace={}", ns.name);
+    let leases_arg = format!("--leader-election-namespace={}", ns.name);
+    let args = [
+        kubeconfig_arg.as_str(),
+        namespace_arg.as_str(),
+        leases_arg.as_str(),
+        "--controllers=foo",
+        "--sharding",
+        "--drain-seconds=5",
+    ];
+    let mut a = OperatorProcess::spawn("sharded-a", &dir, &args);
+    let b = OperatorProcess::spawn("sharded-b", &dir, &args);
+    let held = |replica: &OperatorProcess| {
+        replica
+            .metric("sample_operator_shard_buckets", &[("state", "held")])
+            .unwrap_or(0.0)
+    };
+    until(
+        "the two replicas share the buckets",
+        Duration::from_secs(60),
+        &[&a, &b],
+        || held(&a) > 0.0 && held(&b) > 0.0 && held(&a) + held(&b) == 64.0,
+    )
+    .await;
+    let foos = ns.api::<Foo>();
+    for i in 0..20 {
+        create_foo(&foos, &format!("foo-{i}")).await;
+    }
+    for i in 0..20 {
+        wait_foo_available(&foos, &format!("foo-{i}")).await;
+    }
+    for replica in [&a, &b] {
+        assert!(
+            replica.writes() > 0.0,
+            "a replica wrote nothing:\n{}",
+            replica.log()
+        );
+        let server = [("resource", "foos.samplecontroller.k8s.io"), ("mode", "server")];
+        until("the filtering told", Duration::from_secs(30), &[replica], || {
+            replica.metric("sample_operator_shard_filtering", &server) == Some(1.0)
+        })
+        .await;
+        assert_eq!(
+            replica.metric("sample_operator_shard_filtered_events_total", &[]),
+            Some(0.0),
+            "{}",
+            replica.log()
+        );
+    }
+
+    a.signal(Signal::SIGTERM);
+    let status = a.wait_exit(Duration::from_secs(20));
+    assert!(
+        status.success(),
+        "exit {status:?} after SIGTERM; log:\n{}",
+        a.log()
+    );
+    let took = until("b holds every bucket", Duration::from_secs(30), &[&b], || {
+        held(&b) == 64.0
+    })
+    .await;
+    // Far less than the Lease's 15 s: a gave its buckets up and deleted its Lease.
+    assert!(
+        took < Duration::from_secs(10),
+        "b took a's buckets after {took:?}:\n{}",
+        b.log()
+    );
+    create_foo(&foos, "after").await;
+    wait_foo_available(&foos, "after").await;
+    let mut b = b;
+    b.signal(Signal::SIGTERM);
+    assert!(b.wait_exit(Duration::from_secs(20)).success(), "{}", b.log());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test]
 async fn probes_and_metrics_report_what_happens() {
     let client = client_with_crds().await;
