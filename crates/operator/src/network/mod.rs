@@ -49,6 +49,7 @@ use kube::runtime::{Predicate, predicates, watcher};
 use sample_operator_api::Network;
 
 use crate::runtime::descriptor::{Descriptor, OwnResource};
+use crate::runtime::sharding::{self, Ownership};
 use crate::runtime::{Context, ReconcileError, Reconciler, Shared, Triggers, Wiring};
 use backend::multus::{self, Multus, NetworkAttachmentDefinition};
 use backend::neutron::NeutronConfig;
@@ -231,12 +232,15 @@ fn primary(shared: &Shared, settings: &Settings) -> Primary {
         },
     );
     Primary {
-        // Sharded by namespace, and by its reconciles only: whether a prefix conflicts is
-        // decided from every Network (across namespaces with Multus), so each replica caches
-        // them all, and Networks are few.
+        // Sharded by UID, and by its reconciles only: whether a prefix conflicts is decided
+        // from every Network (across namespaces with Multus), so each replica caches them all,
+        // and Networks are few.
         triggers: Triggers::for_stream(networks.events, networks.store)
             .reconcile_on(neighbours)
-            .only_namespaces_in(shared.buckets()),
+            .only_owned(shared.buckets().map(|buckets| Ownership {
+                key: sharding::Key::Uid,
+                buckets,
+            })),
         conflicts,
         own_writes: networks.own_writes,
         synced: networks.synced,

@@ -9,14 +9,14 @@ use kube::runtime::controller::{trigger_owners, trigger_self, trigger_with};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
-use super::sharding::Buckets;
+use super::sharding::{Key, Ownership};
 
 /// The triggers of a controller of `K`, and the cache its reconciles read.
 pub struct Triggers<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     streams: Vec<BoxStream<'static, ObjectRef<K>>>,
-    /// Only the objects of namespaces hashing into these buckets are reconciled.
-    namespaces: Option<Buckets>,
+    /// Only the objects this replica owns are reconciled.
+    owned: Option<Ownership>,
 }
 
 /// The objects a trigger stream asks for; a watch's errors are its own to report and retry.
@@ -44,7 +44,7 @@ where
         Self {
             store,
             streams: vec![requested(trigger_self(events, ()))],
-            namespaces: None,
+            owned: None,
         }
     }
 
@@ -100,10 +100,12 @@ where
         self
     }
 
-    /// Only objects of namespaces in `buckets` are reconciled: for a sharded controller that
-    /// caches every object (a decision needs them all) but reconciles its share.
-    pub fn only_namespaces_in(mut self, buckets: Option<Buckets>) -> Self {
-        self.namespaces = buckets;
+    /// Only the objects `ownership` gives this replica are reconciled: for a sharded controller
+    /// that caches every object (a decision needs them all) but reconciles its share. An object
+    /// sharded by UID is looked up in the cache; one no longer there passes, and kube-runtime
+    /// drops it as gone.
+    pub fn only_owned(mut self, ownership: Option<Ownership>) -> Self {
+        self.owned = ownership;
         self
     }
 
@@ -115,12 +117,21 @@ where
     /// Every trigger, in one stream.
     pub(crate) fn into_stream(self) -> (Store<K>, BoxStream<'static, ObjectRef<K>>) {
         let triggers = futures::stream::select_all(self.streams);
-        let stream = match self.namespaces {
-            Some(buckets) => triggers
-                .filter(move |object| {
-                    futures::future::ready(buckets.admits(object.namespace.as_deref().unwrap_or_default()))
-                })
-                .boxed(),
+        let stream = match self.owned {
+            Some(owned) => {
+                let store = self.store.clone();
+                triggers
+                    .filter(move |object| {
+                        let mine = match owned.key {
+                            Key::Namespace => owned
+                                .buckets
+                                .admits(object.namespace.as_deref().unwrap_or_default()),
+                            Key::Uid => store.get(object).is_none_or(|cached| owned.owns(&*cached)),
+                        };
+                        futures::future::ready(mine)
+                    })
+                    .boxed()
+            }
             None => triggers.boxed(),
         };
         (self.store, stream)

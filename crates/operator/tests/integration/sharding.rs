@@ -79,9 +79,11 @@ impl Drop for RunGuard {
     }
 }
 
-/// A layer logging a replica's writes in the ledger.
+/// A layer logging a replica's writes in the ledger; once its switch is on, the replica's
+/// requests about Leases go to a path the apiserver does not serve (404), as when it can no
+/// longer reach or may no longer write them.
 #[derive(Clone)]
-struct LogWrites(Ledger, String);
+struct LogWrites(Ledger, String, Arc<std::sync::atomic::AtomicBool>);
 
 impl<S> tower::Layer<S> for LogWrites {
     type Service = Logged<S>;
@@ -111,7 +113,11 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        if self.log.2.load(std::sync::atomic::Ordering::SeqCst) && request.uri().path().contains("/leases") {
+            let cut = request.uri().to_string().replace("/leases", "/leases-cut");
+            *request.uri_mut() = cut.parse().unwrap();
+        }
         if request.method() != http::Method::GET {
             self.log.0.0.lock().unwrap().writes.push((
                 self.log.1.clone(),
@@ -130,17 +136,27 @@ struct Replica {
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<Outcome, membership::Error>>,
     telemetry: Telemetry,
+    leases_cut: Arc<std::sync::atomic::AtomicBool>,
 }
 
-fn start_replica(cluster: &kube::Config, namespace: &str, name: &str, ledger: &Ledger) -> Replica {
+fn start_replica(cluster: &kube::Config, leases: &str, name: &str, ledger: &Ledger) -> Replica {
     let selectors = Selectors::default();
+    let leases_cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let client = kube::client::ClientBuilder::try_from(cluster.clone())
         .unwrap()
         .with_layer(&selectors.layer())
-        .with_layer(&LogWrites(ledger.clone(), name.to_owned()))
+        .with_layer(&LogWrites(ledger.clone(), name.to_owned(), leases_cut.clone()))
         .build();
     let telemetry = Telemetry::new(RequestCounter::default());
-    let mut run = config(Some(namespace), &[ControllerName::Foo]);
+    // Over every namespace of the apiserver, which is the test's own.
+    let mut run = config(
+        None,
+        &[
+            ControllerName::Foo,
+            ControllerName::MyCustomResource,
+            ControllerName::Network,
+        ],
+    );
     run.runtime.instance = name.to_owned();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn({
@@ -149,7 +165,7 @@ fn start_replica(cluster: &kube::Config, namespace: &str, name: &str, ledger: &L
             telemetry.clone(),
             name.to_owned(),
             ledger.clone(),
-            shard_config(namespace),
+            shard_config(leases),
         );
         async move {
             let on_buckets = {
@@ -185,6 +201,7 @@ fn start_replica(cluster: &kube::Config, namespace: &str, name: &str, ledger: &L
         stop,
         task,
         telemetry,
+        leases_cut,
     }
 }
 
@@ -289,7 +306,11 @@ async fn wait_converged(foos: &Api<Foo>, count: usize, timeout: Duration) {
 /// The checks on the ledger: no bucket was held by two replicas' runs at one moment, and each
 /// write about a Foo (its status, its Deployment) was sent by a replica that had been given the
 /// Foo's bucket, at a moment no other replica's controllers held it.
-fn assert_no_double_work(ledger: &Ledger, buckets: &BTreeMap<String, u32>) {
+fn assert_no_double_work(
+    ledger: &Ledger,
+    buckets: &BTreeMap<String, u32>,
+    networks: &BTreeMap<(String, String), u32>,
+) {
     let entries = ledger.0.lock().unwrap();
     let now = Instant::now();
     let runs: Vec<(&str, Buckets, Instant, Instant)> = entries
@@ -311,21 +332,37 @@ fn assert_no_double_work(ledger: &Ledger, buckets: &BTreeMap<String, u32>) {
     }
     let mut checked = 0;
     for (replica, method, path, sent) in &entries.writes {
-        // …/foos/NAME/status, …/deployments/NAME-d.
+        // …/foos/NAME/status and …/deployments/NAME-d by the Foo's UID; a MyCustomResource's,
+        // a Network's and an attachment definition's by their namespace.
         let segments: Vec<&str> = path.split('/').collect();
-        let foo = match segments.as_slice() {
-            [.., "foos", name, "status"] => (*name).to_owned(),
-            [.., "deployments", name] => name.trim_end_matches("-d").to_owned(),
-            _ => continue,
+        let namespaced = segments
+            .iter()
+            .position(|s| *s == "namespaces")
+            .and_then(|i| Some((*segments.get(i + 1)?, *segments.get(i + 2)?)));
+        let bucket = match (segments.as_slice(), namespaced) {
+            ([.., "foos", name, "status"], _) => buckets.get(*name).copied(),
+            ([.., "deployments", name], _) => buckets.get(name.trim_end_matches("-d")).copied(),
+            (_, Some((ns, "mycustomresources"))) if ns.starts_with(TENANT) => Some(bucket_of(fnv1a(ns))),
+            // A Network's writes and its attachment definition's (of its name) by its UID.
+            (_, Some((ns, "networks" | "network-attachment-definitions"))) if ns.starts_with(TENANT) => {
+                let name = segments
+                    .iter()
+                    .skip_while(|s| **s != ns)
+                    .nth(2)
+                    .copied()
+                    .unwrap_or_default();
+                networks.get(&(ns.to_owned(), name.to_owned())).copied()
+            }
+            _ => None,
         };
-        let Some(bucket) = buckets.get(&foo) else {
+        let Some(bucket) = bucket else {
             continue;
         };
         checked += 1;
         // Sent by a replica that was given the bucket…
         assert!(
             runs.iter()
-                .any(|(r, b, start, _)| r == replica && b.contains(*bucket) && start <= sent),
+                .any(|(r, b, start, _)| r == replica && b.contains(bucket) && start <= sent),
             "{replica} sent {method} {path} before it ever held bucket {bucket}"
         );
         // …and while no other replica held it. (A write of a killed replica's reconcile may
@@ -333,14 +370,14 @@ fn assert_no_double_work(ledger: &Ledger, buckets: &BTreeMap<String, u32>) {
         // one; that is no double work until another replica takes the bucket, 10 s later.)
         if let Some((other, ..)) = runs
             .iter()
-            .find(|(r, b, start, end)| r != replica && b.contains(*bucket) && start <= sent && sent <= end)
+            .find(|(r, b, start, end)| r != replica && b.contains(bucket) && start <= sent && sent <= end)
         {
             panic!("{replica} sent {method} {path} while {other} held bucket {bucket}");
         }
     }
     assert!(
-        checked >= buckets.len(),
-        "only {checked} writes about the Foos were logged"
+        checked >= buckets.len() + 2 * TENANTS * PER_TENANT,
+        "only {checked} writes about the objects were logged"
     );
 }
 
@@ -372,7 +409,172 @@ fn assert_shares(
             written.len(),
             buckets.len()
         );
+        // MyCustomResources and Networks: the tenants of its buckets, each as many.
+        for plural in ["mycustomresources", "networks"] {
+            let written: BTreeSet<(&str, &str)> = entries
+                .writes
+                .iter()
+                .filter(|(r, _, path, _)| r == &replica.name && path.ends_with("/status"))
+                .filter_map(
+                    |(_, _, path, _)| match path.split('/').collect::<Vec<_>>().as_slice() {
+                        [.., "namespaces", ns, p, name, "status"]
+                            if *p == plural && ns.starts_with(TENANT) =>
+                        {
+                            Some((*ns, *name))
+                        }
+                        _ => None,
+                    },
+                )
+                .collect();
+            let share = written.len() as f64 / (TENANTS * PER_TENANT) as f64;
+            assert!(
+                (0.2..=0.5).contains(&share),
+                "{} wrote the status of {} of the {} {plural}",
+                replica.name,
+                written.len(),
+                TENANTS * PER_TENANT
+            );
+        }
     }
+}
+
+/// The namespaces of the MyCustomResources (sharded by namespace) and the Networks (by UID),
+/// named as teams name them: FNV-1a spreads words, while a numbered family (`tenant-1`,
+/// `tenant-2`, …) falls into one or two buckets (`runtime::sharding`'s
+/// `numbered_names_fall_together_and_words_spread`).
+const TENANT_NAMES: [&str; 30] = [
+    "payments",
+    "search",
+    "checkout",
+    "billing",
+    "identity",
+    "monitoring",
+    "logging",
+    "ingress",
+    "frontend",
+    "backend",
+    "analytics",
+    "auth",
+    "cart",
+    "catalog",
+    "orders",
+    "shipping",
+    "inventory",
+    "notifications",
+    "recommendations",
+    "reviews",
+    "pricing",
+    "fraud",
+    "support",
+    "marketing",
+    "media",
+    "storage",
+    "messaging",
+    "gateway",
+    "reporting",
+    "compliance",
+];
+/// The tenants' namespaces carry this prefix, so the checks tell their objects from others.
+const TENANT: &str = "team-";
+const TENANTS: usize = TENANT_NAMES.len();
+/// MyCustomResources (each with its Pod) and Networks in each.
+const PER_TENANT: usize = 10;
+
+fn tenant(t: usize) -> String {
+    format!("{TENANT}{}", TENANT_NAMES[t])
+}
+
+/// The tenants' namespaces (with the ServiceAccount a Pod needs, which no controller-manager
+/// makes here), each with `PER_TENANT` MyCustomResources, the Pods they name, and Networks of
+/// prefixes of their own.
+async fn create_tenants(admin: &Client) -> BTreeMap<(String, String), u32> {
+    use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+    use sample_operator_api::{MyCustomResource, MyCustomResourceSpec};
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let networks_buckets = Arc::new(Mutex::new(BTreeMap::new()));
+    futures::stream::iter(0..TENANTS)
+        .for_each_concurrent(4, |t| {
+            let networks_buckets = networks_buckets.clone();
+            let (admin, namespaces) = (admin.clone(), namespaces.clone());
+            async move {
+                let ns = tenant(t);
+                let namespace: Namespace =
+                    serde_json::from_value(serde_json::json!({ "metadata": { "name": ns } })).unwrap();
+                namespaces
+                    .create(&PostParams::default(), &namespace)
+                    .await
+                    .unwrap();
+                let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), &ns);
+                let account: ServiceAccount =
+                    serde_json::from_value(serde_json::json!({ "metadata": { "name": "default" } })).unwrap();
+                accounts.create(&PostParams::default(), &account).await.unwrap();
+                let (pods, resources, networks): (
+                    Api<Pod>,
+                    Api<MyCustomResource>,
+                    Api<sample_operator_api::Network>,
+                ) = (
+                    Api::namespaced(admin.clone(), &ns),
+                    Api::namespaced(admin.clone(), &ns),
+                    Api::namespaced(admin.clone(), &ns),
+                );
+                for i in 0..PER_TENANT {
+                    let pod: Pod = serde_json::from_value(serde_json::json!({
+                        "metadata": { "name": format!("friend-{i}") },
+                        "spec": { "containers": [{ "name": "c", "image": "nginx" }] },
+                    }))
+                    .unwrap();
+                    pods.create(&PostParams::default(), &pod).await.unwrap();
+                    let resource = MyCustomResource::new(
+                        &format!("mcr-{i}"),
+                        MyCustomResourceSpec {
+                            name: format!("friend-{i}"),
+                        },
+                    );
+                    resources.create(&PostParams::default(), &resource).await.unwrap();
+                    // Prefixes apart across the cluster, as the Multus backend wants them.
+                    let j = t * PER_TENANT + i;
+                    let (a, b) = (16 + j / 256, j % 256);
+                    let network = crate::support::network(
+                        &format!("net-{i}"),
+                        &format!("172.{a}.{b}.0/24"),
+                        &format!("172.{a}.{b}.1"),
+                    );
+                    let created = networks.create(&PostParams::default(), &network).await.unwrap();
+                    let bucket = bucket_of(fnv1a(&created.uid().unwrap()));
+                    networks_buckets
+                        .lock()
+                        .unwrap()
+                        .insert((ns.clone(), format!("net-{i}")), bucket);
+                }
+            }
+        })
+        .await;
+    Arc::try_unwrap(networks_buckets).unwrap().into_inner().unwrap()
+}
+
+/// Waits until every tenant's MyCustomResources are healthy but those named in `unhealthy`, and
+/// its Networks Ready, each for its current generation.
+async fn wait_tenants_converged(admin: &Client, unhealthy: &BTreeSet<String>, timeout: Duration) {
+    use sample_operator_api::MyCustomResource;
+    let (resources, networks): (Api<MyCustomResource>, Api<sample_operator_api::Network>) =
+        (Api::all(admin.clone()), Api::all(admin.clone()));
+    testing::eventually("every tenant's objects converged", timeout, async || {
+        let resources = resources.list(&Default::default()).await.ok()?.items;
+        let networks = networks.list(&Default::default()).await.ok()?.items;
+        let resources_done = resources.len() == TENANTS * PER_TENANT
+            && resources.iter().all(|r| {
+                let status = r.status.as_ref();
+                status.and_then(|s| s.observed_generation) == r.metadata.generation
+                    && status.is_some_and(|s| s.healthy) != unhealthy.contains(&r.name_any())
+            });
+        let networks_done = networks.len() == TENANTS * PER_TENANT
+            && networks.iter().all(|n| {
+                crate::support::ready_is_current(n)
+                    && crate::support::ready_condition(n).is_some_and(|c| c.status == "True")
+            });
+        (resources_done && networks_done).then_some(())
+    })
+    .await;
 }
 
 /// The whole story on one apiserver: three replicas split a burst of Foos; one is killed
@@ -393,6 +595,7 @@ async fn sharded_replicas_converge_and_hand_over(
     let ns = TestNamespace::create(&admin, "sharding").await;
     let foos: Api<Foo> = Api::namespaced(admin.clone(), &ns.name);
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns.name);
+    crate::network::install_nad_crd(&admin).await;
     let ledger = Ledger::default();
     let mut replicas: Vec<Replica> = ["a", "b", "c"]
         .iter()
@@ -400,9 +603,11 @@ async fn sharded_replicas_converge_and_hand_over(
         .collect();
     wait_settled(&leases, &replicas, Duration::from_secs(60)).await;
 
-    // Three replicas split a burst.
+    // Three replicas split a burst, and the tenants' objects.
+    let networks = create_tenants(&admin).await;
     let mut buckets = create_foos(&foos, "first", foos_per_burst).await;
     wait_converged(&foos, buckets.len(), Duration::from_secs(180)).await;
+    wait_tenants_converged(&admin, &BTreeSet::new(), Duration::from_secs(180)).await;
     let held = holders(&leases).await;
     assert_shares(&ledger, &replicas, &buckets, &held);
     let mode = match filtering {
@@ -466,7 +671,19 @@ async fn sharded_replicas_converge_and_hand_over(
     wait_settled(&leases, &replicas, Duration::from_secs(60)).await;
     wait_converged(&foos, buckets.len(), Duration::from_secs(180)).await;
 
-    // From two to five, then to two, while every Foo changes.
+    // From two to five, then to two, while every Foo changes and each tenant's first Pod goes.
+    let pods_go = {
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            for t in 0..TENANTS {
+                let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), &tenant(t));
+                // No kubelet here: deleted at once, without a grace period.
+                pods.delete("friend-0", &kube::api::DeleteParams::default().grace_period(0))
+                    .await
+                    .expect("Pod deleted");
+            }
+        })
+    };
     let churn = {
         let foos = foos.clone();
         let names: Vec<String> = buckets.keys().cloned().collect();
@@ -493,7 +710,14 @@ async fn sharded_replicas_converge_and_hand_over(
     }
     wait_settled(&leases, &replicas, Duration::from_secs(60)).await;
     churn.await.unwrap();
+    pods_go.await.unwrap();
     wait_converged(&foos, buckets.len(), Duration::from_secs(180)).await;
+    wait_tenants_converged(
+        &admin,
+        &BTreeSet::from(["mcr-0".to_owned()]),
+        Duration::from_secs(180),
+    )
+    .await;
     testing::eventually("every Foo at 2 replicas", Duration::from_secs(120), async || {
         let list = foos.list(&Default::default()).await.ok()?;
         list.items
@@ -505,6 +729,20 @@ async fn sharded_replicas_converge_and_hand_over(
             .then_some(())
     })
     .await;
+    // One that can no longer renew its Lease stops its controllers before the Lease could
+    // expire and the other takes its buckets (the ledger below shows the order).
+    let cut = replicas.pop().unwrap();
+    cut.leases_cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    let outcome = tokio::time::timeout(Duration::from_secs(30), cut.task)
+        .await
+        .expect("the replica without its Lease stops")
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome, Outcome::RenewalsFailed);
+    wait_all_held(&leases, &replicas, Duration::from_secs(30)).await;
+    let foos_now = buckets.len();
+    buckets.extend(create_foos(&foos, "fourth", 10).await);
+    wait_converged(&foos, foos_now + 10, Duration::from_secs(60)).await;
     for replica in replicas {
         replica.stop().await;
     }
@@ -512,7 +750,7 @@ async fn sharded_replicas_converge_and_hand_over(
         holders(&leases).await.is_empty(),
         "the last replicas gave their buckets up"
     );
-    assert_no_double_work(&ledger, &buckets);
+    assert_no_double_work(&ledger, &buckets, &networks);
 }
 
 #[tokio::test]

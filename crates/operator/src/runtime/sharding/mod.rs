@@ -359,6 +359,32 @@ mod tests {
         assert_eq!(fnv1a("foobar"), 0x85944171f73967e8);
     }
 
+    /// Why the namespace key spreads as the names do: FNV-1a's last bytes barely stir its high
+    /// bits, which the buckets are cut from, so a numbered or lettered family of namespaces
+    /// falls into one or two buckets, while names that differ early spread. UIDs, random, spread.
+    #[test]
+    fn numbered_names_fall_together_and_words_spread() {
+        let buckets = |names: Vec<String>| -> std::collections::BTreeSet<u32> {
+            names.iter().map(|n| bucket_of(fnv1a(n))).collect()
+        };
+        assert!(buckets((0..100).map(|i| format!("tenant-{i}")).collect()).len() <= 2);
+        assert_eq!(
+            buckets((b'a'..=b'z').map(|c| format!("team-{}", c as char)).collect()).len(),
+            1
+        );
+        let words = [
+            "payments",
+            "search",
+            "checkout",
+            "billing",
+            "identity",
+            "monitoring",
+            "logging",
+            "ingress",
+        ];
+        assert!(buckets(words.iter().map(|w| (*w).to_owned()).collect()).len() >= 7);
+    }
+
     #[test]
     fn a_selector_follows_the_grammar_of_kep_5866() {
         let half: Buckets = "0-31".parse().unwrap();
