@@ -20,7 +20,6 @@ use crate::runtime::leader::{LeaseConfig, Outcome};
 use crate::runtime::requests::RequestCounter;
 use crate::runtime::server::MetricsAccess;
 use crate::runtime::server::auth::Authorizer;
-use crate::runtime::sharding::ShardRun;
 use crate::runtime::sharding::layer::Selectors;
 use crate::runtime::sharding::membership::ShardConfig;
 use crate::runtime::watch::{InitialList, InitialListChoice};
@@ -683,19 +682,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
             settle: SHARDING_SETTLE,
         };
         let identity = crate::runtime::leader::identity(&instance);
-        let on_buckets = {
-            let telemetry = telemetry.clone();
-            move |buckets, stopped| {
-                // The last run's selectors go with it.
-                selectors.clear();
-                let mut run = run.clone();
-                run.runtime.shard = Some(ShardRun {
-                    buckets,
-                    selectors: selectors.clone(),
-                });
-                crate::run_with(client.clone(), run, telemetry.clone(), stopped)
-            }
-        };
+        let on_buckets = crate::on_buckets(client, run, telemetry.clone(), selectors);
         crate::runtime::sharding::membership::run_sharded(
             client_for_lease,
             &identity,

@@ -147,6 +147,29 @@ pub async fn run_with(
     manager.run_until(shutdown).await;
 }
 
+/// What a sharded replica runs on its buckets (see
+/// [`run_sharded`](runtime::sharding::membership::run_sharded)): each call starts the
+/// controllers of `config` on the buckets given, their watches' selectors sent by the client's
+/// layer that `selectors` feeds.
+pub fn on_buckets(
+    client: Client,
+    config: RunConfig,
+    telemetry: Telemetry,
+    selectors: runtime::sharding::layer::Selectors,
+) -> impl FnMut(runtime::sharding::Buckets, BoxFuture<'static, ()>) -> BoxFuture<'static, ()> {
+    use futures::FutureExt;
+    move |buckets, stopped| {
+        // The last run's selectors go with it.
+        selectors.clear();
+        let mut run = config.clone();
+        run.runtime.shard = Some(runtime::sharding::ShardRun {
+            buckets,
+            selectors: selectors.clone(),
+        });
+        run_with(client.clone(), run, telemetry.clone(), stopped).boxed()
+    }
+}
+
 /// Debug builds only, for the process test that a dead controller ends the process: the
 /// controller that `SAMPLE_OPERATOR_TEST_PANIC` names panics a second after it started. Release
 /// builds, which the image and the benchmark run, have no such switch.

@@ -23,7 +23,7 @@ use sample_operator::runtime::leader::Outcome;
 use sample_operator::runtime::metrics::Filtering;
 use sample_operator::runtime::sharding::layer::Selectors;
 use sample_operator::runtime::sharding::membership::{self, HOLDERS_ANNOTATION, ShardConfig};
-use sample_operator::runtime::sharding::{BUCKETS, Buckets, ShardRun, assign, bucket_of, fnv1a};
+use sample_operator::runtime::sharding::{BUCKETS, Buckets, assign, bucket_of, fnv1a};
 use sample_operator::runtime::{Telemetry, requests::RequestCounter};
 use sample_operator_api::Foo;
 
@@ -169,17 +169,12 @@ fn start_replica(cluster: &kube::Config, leases: &str, name: &str, ledger: &Ledg
         );
         async move {
             let on_buckets = {
-                let (client, telemetry, name) = (client.clone(), telemetry.clone(), name.clone());
+                let mut start =
+                    sample_operator::on_buckets(client.clone(), run, telemetry.clone(), selectors);
+                let name = name.clone();
                 move |buckets, stopped| {
-                    selectors.clear();
-                    let mut run = run.clone();
-                    run.runtime.shard = Some(ShardRun {
-                        buckets,
-                        selectors: selectors.clone(),
-                    });
                     let guard = RunGuard(ledger.clone(), ledger.run_started(&name, buckets));
-                    sample_operator::run_with(client.clone(), run, telemetry.clone(), stopped)
-                        .map(move |()| drop(guard))
+                    start(buckets, stopped).map(move |()| drop(guard))
                 }
             };
             membership::run_sharded(
