@@ -351,6 +351,8 @@ mod tests {
         metrics.shard_handover(1, 0);
         metrics.watch_restarted("foos");
         metrics.watch_failed("foos");
+        // A watch's observer starts its series, the objects received among them.
+        let _ = metrics.watch_observer::<k8s_openapi::api::core::v1::ConfigMap>("foos");
         network::metrics::BackendRequests::new(&metrics).count("neutron", "GET", "networks", "ok");
         network::metrics::OtherClusterNetworks::new(&metrics).set("another", 1);
         let text = metrics.render();

@@ -384,24 +384,18 @@ fn assert_shares(
     held: &BTreeMap<String, Buckets>,
 ) {
     let config = shard_config("");
+    let foos_written = statuses_written(ledger, buckets);
     let entries = ledger.0.lock().unwrap();
     for replica in replicas {
         let mine = held[&config.member_lease(&replica.name)];
         let share = f64::from(mine.len()) / f64::from(BUCKETS);
         assert!((0.2..=0.5).contains(&share), "{} holds {mine}", replica.name);
-        let written: BTreeSet<&str> = entries
-            .writes
-            .iter()
-            .filter(|(r, _, path, _)| r == &replica.name && path.ends_with("/status"))
-            .filter_map(|(_, _, path, _)| path.rsplit('/').nth(1))
-            .filter(|name| buckets.contains_key(*name))
-            .collect();
-        let share = written.len() as f64 / buckets.len() as f64;
+        let written = foos_written.get(&replica.name).copied().unwrap_or_default();
+        let share = written as f64 / buckets.len() as f64;
         assert!(
             (0.2..=0.5).contains(&share),
-            "{} wrote the status of {} of {} Foos",
+            "{} wrote the status of {written} of {} Foos",
             replica.name,
-            written.len(),
             buckets.len()
         );
         // MyCustomResources and Networks: the tenants of its buckets, each as many.
@@ -431,6 +425,20 @@ fn assert_shares(
             );
         }
     }
+}
+
+/// How many of the Foos in `buckets` each replica wrote the status of.
+fn statuses_written(ledger: &Ledger, buckets: &BTreeMap<String, u32>) -> BTreeMap<String, usize> {
+    let entries = ledger.0.lock().unwrap();
+    let mut written: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    for (replica, _, path, _) in &entries.writes {
+        if let [.., "foos", name, "status"] = path.split('/').collect::<Vec<_>>().as_slice()
+            && buckets.contains_key(*name)
+        {
+            written.entry(replica.clone()).or_default().insert(name);
+        }
+    }
+    written.into_iter().map(|(r, foos)| (r, foos.len())).collect()
 }
 
 /// The namespaces of the MyCustomResources (sharded by namespace) and the Networks (by UID),
@@ -647,6 +655,35 @@ async fn sharded_replicas_converge_and_hand_over(
             // The API server sent each replica its own Foos only.
             Filtering::Server => assert_eq!(dropped, 0.0, "{}", replica.name),
             Filtering::Client => assert!(dropped > 0.0, "{}", replica.name),
+        }
+    }
+    // The events each replica received, against its share of the Foos: its share where the
+    // API server filters, every Foo's where it does not.
+    let received: Vec<f64> = replicas
+        .iter()
+        .map(|r| {
+            r.metric(
+                "sample_operator_watch_events_total",
+                &[("resource", "foos.samplecontroller.k8s.io")],
+            )
+        })
+        .collect();
+    let total: f64 = received.iter().sum();
+    let statuses = statuses_written(&ledger, &buckets);
+    for (replica, received) in replicas.iter().zip(&received) {
+        let share = statuses.get(&replica.name).copied().unwrap_or_default() as f64 / buckets.len() as f64;
+        match filtering {
+            Filtering::Server => assert!(
+                (received / total - share).abs() <= 0.1,
+                "{} received {received} of {total} Foo events, and holds {share:.2} of the Foos",
+                replica.name
+            ),
+            Filtering::Client => assert!(
+                *received >= buckets.len() as f64,
+                "{} received {received} Foo events for {} Foos",
+                replica.name,
+                buckets.len()
+            ),
         }
     }
 

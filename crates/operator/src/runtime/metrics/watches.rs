@@ -1,4 +1,5 @@
-//! The watches' health: re-lists after the first list, and errors (each retried with backoff).
+//! The watches' health: re-lists after the first list, and errors (each retried with backoff);
+//! and what they bring: the objects received.
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ struct ResourceLabels {
 pub(super) struct Watches {
     watch_restarts: Family<ResourceLabels, Counter>,
     watch_errors: Family<ResourceLabels, Counter>,
+    watch_events: Family<ResourceLabels, Counter>,
 }
 
 impl Watches {
@@ -32,6 +34,12 @@ impl Watches {
                 r,
                 "sample_operator_watch_errors",
                 "Errors of a watch, each followed by a retry with backoff",
+                Family::default(),
+            ),
+            watch_events: register(
+                r,
+                "sample_operator_watch_events",
+                "Objects a watch received (in lists and as changes), before any filter of this process: what the API server sent and this process decoded",
                 Family::default(),
             ),
         }
@@ -50,6 +58,7 @@ impl Metrics {
         let labels = ResourceLabels { resource };
         self.watches.watch_restarts.get_or_create(&labels).inc_by(0);
         self.watches.watch_errors.get_or_create(&labels).inc_by(0);
+        let received = self.watches.watch_events.get_or_create(&labels).clone();
         let metrics = self.clone();
         let mut listed = false;
         move |event| match event {
@@ -59,7 +68,10 @@ impl Metrics {
                 }
                 listed = true;
             }
-            Ok(_) => {}
+            Ok(kube::runtime::watcher::Event::InitDone) => {}
+            Ok(_) => {
+                received.inc();
+            }
             Err(_) => metrics.watch_failed(resource),
         }
     }
