@@ -20,7 +20,9 @@
 //! - [`descriptor`]: what the process knows of each controller (its name, its resource, how to
 //!   start it), and the [`manager`] that runs a set of them, supervised, until shutdown;
 //! - the process around the controllers: [`metrics`], [`health`], the HTTP [`server`], the
-//!   [`requests`] counter and [`leader`] election.
+//!   [`requests`] counter and [`leader`] election;
+//! - [`sharding`]: replicas splitting the objects between them, on Kubernetes' sharded list and
+//!   watch where the API server serves it.
 //!
 //! The runtime knows no domain: the controllers use it, never the other way round. What one
 //! controller alone needs (a backend, how it watches Pods) is that controller's own setting,
