@@ -153,6 +153,20 @@ async fn sharded_binaries_split_the_foos_and_one_takes_all_on_sigterm() {
         "--sharding",
         "--drain-seconds=5",
     ];
+    // A Foo whose Deployment an older version made, without the bucket label: a sharded
+    // replica finds it by name and labels it.
+    let foos = ns.api::<Foo>();
+    create_foo(&foos, "older").await;
+    let older = foos.get("older").await.unwrap();
+    let deployments = ns.api::<k8s_openapi::api::apps::v1::Deployment>();
+    let mut made = sample_operator::foo::deployment::desired(&older, &Default::default());
+    made.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .remove(sample_operator::runtime::sharding::BUCKET_LABEL);
+    deployments.create(&PostParams::default(), &made).await.unwrap();
+
     let mut a = OperatorProcess::spawn("sharded-a", &dir, &args);
     let b = OperatorProcess::spawn("sharded-b", &dir, &args);
     let held = |replica: &OperatorProcess| {
@@ -167,10 +181,24 @@ async fn sharded_binaries_split_the_foos_and_one_takes_all_on_sigterm() {
         || held(&a) > 0.0 && held(&b) > 0.0 && held(&a) + held(&b) == 64.0,
     )
     .await;
-    let foos = ns.api::<Foo>();
     for i in 0..20 {
         create_foo(&foos, &format!("foo-{i}")).await;
     }
+    wait_foo_available(&foos, "older").await;
+    let labels = deployments
+        .get("older")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert_eq!(
+        labels.get(sample_operator::runtime::sharding::BUCKET_LABEL),
+        Some(&sample_operator::runtime::sharding::bucket_label(
+            &older.metadata.uid.clone().unwrap()
+        )),
+        "{labels:?}"
+    );
     for i in 0..20 {
         wait_foo_available(&foos, &format!("foo-{i}")).await;
     }

@@ -80,6 +80,8 @@ pub enum Error {
     },
     #[error("the holder map in Lease {name} is not valid: {why}")]
     Holders { name: String, why: String },
+    #[error("the holder map in Lease {name} changed under each of {attempts} replaces")]
+    Contended { name: String, attempts: usize },
 }
 
 /// Who holds which buckets.
@@ -275,7 +277,9 @@ impl Ring {
         mut change: impl FnMut(&Holders, &BTreeSet<String>) -> Holders,
     ) -> Result<Holders, Error> {
         let name = self.config.holders_lease();
-        loop {
+        // Conflicts come from other replicas' moves, a few at a time; more means something
+        // else keeps writing the Lease, and the next step tries again.
+        for _ in 0..CHANGE_ATTEMPTS {
             let current = match self.api.get_opt(&name).await.map_err(self.lease_error(&name))? {
                 Some(lease) => lease,
                 None => {
@@ -306,8 +310,15 @@ impl Ring {
                 Err(e) => return Err(self.lease_error(&name)(e)),
             }
         }
+        Err(Error::Contended {
+            name,
+            attempts: CHANGE_ATTEMPTS,
+        })
     }
 }
+
+/// Replaces of the holder map tried before a step gives up on a conflict.
+const CHANGE_ATTEMPTS: usize = 16;
 
 /// Runs `work` on this replica's buckets while it is a member of the ring, until `shutdown`
 /// completes: `work` gets the buckets to reconcile and a future that completes when it should
