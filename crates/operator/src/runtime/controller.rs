@@ -485,6 +485,7 @@ pub async fn run<R: Reconciler>(
         Some(interval) => triggers.reconcile_all_on(resync_ticks(interval)),
         None => triggers,
     };
+    let owned = triggers.owned();
     let (store, triggers) = triggers.into_stream();
     let runner = Arc::new(Runner {
         name,
@@ -511,7 +512,7 @@ pub async fn run<R: Reconciler>(
     });
 
     shared.metrics.controller_started(name, shared.config.concurrency);
-    shared.metrics.observe_readiness(name, store.clone());
+    shared.metrics.observe_readiness(name, store.clone(), owned);
     let sweeps = runner
         .clone()
         .forget_the_gone_until(store.clone(), stopping.clone());

@@ -109,6 +109,11 @@ where
         self
     }
 
+    /// Which of the cached objects this replica reconciles, when not all of them.
+    pub(crate) fn owned(&self) -> Option<Ownership> {
+        self.owned
+    }
+
     /// The cache the controller's reconciles read.
     pub fn store(&self) -> Store<K> {
         self.store.clone()

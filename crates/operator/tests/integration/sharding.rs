@@ -657,6 +657,18 @@ async fn sharded_replicas_converge_and_hand_over(
             Filtering::Client => assert!(dropped > 0.0, "{}", replica.name),
         }
     }
+    // Each replica counts the objects it reconciles, once: the counts add up to every object.
+    for (controller, count) in [
+        ("foo", buckets.len()),
+        ("my-custom-resource", TENANTS * PER_TENANT),
+        ("network", TENANTS * PER_TENANT),
+    ] {
+        let counted: f64 = replicas
+            .iter()
+            .map(|r| r.metric("sample_operator_objects", &[("controller", controller)]))
+            .sum();
+        assert_eq!(counted, count as f64, "{controller}");
+    }
     // The events each replica received, against its share of the Foos: its share where the
     // API server filters, every Foo's where it does not.
     let received: Vec<f64> = replicas

@@ -13,6 +13,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use super::Metrics;
+use crate::runtime::sharding::Ownership;
 use crate::runtime::status::{Conditions, READY};
 
 /// The family: the caches it counts, read at each scrape.
@@ -28,8 +29,12 @@ impl Objects {
 
 impl Metrics {
     /// Counts the objects in `store` by their `Ready` condition at each scrape, as
-    /// `sample_operator_objects{controller, ready}`.
-    pub fn observe_readiness<K>(&self, controller: &'static str, store: Store<K>)
+    /// `sample_operator_objects{controller, ready}`: those `owned` gives this replica when a
+    /// sharded controller caches more than it reconciles, so that the replicas' counts add up.
+    /// A controller started again in the same process (a sharded replica whose buckets
+    /// changed) replaces its former cache: its series stay one each, and the former cache is
+    /// let go.
+    pub fn observe_readiness<K>(&self, controller: &'static str, store: Store<K>, owned: Option<Ownership>)
     where
         K: Resource<DynamicType = ()> + HasStatus + Clone + Send + Sync + 'static,
         K::Status: Conditions,
@@ -37,6 +42,9 @@ impl Metrics {
         let count = move || {
             let mut counts = ReadyCounts::default();
             for object in store.state() {
+                if owned.is_some_and(|o| !o.owns(&*object)) {
+                    continue;
+                }
                 let ready = object
                     .status()
                     .and_then(|s| sample_operator_api::conditions::find(s.conditions(), READY))
@@ -49,7 +57,9 @@ impl Metrics {
             }
             counts
         };
-        self.objects.0.lock().push((controller, Box::new(count)));
+        let mut counted = self.objects.0.lock();
+        counted.retain(|(name, _)| *name != controller);
+        counted.push((controller, Box::new(count)));
     }
 }
 
@@ -149,7 +159,9 @@ mod tests {
             writer.apply_watcher_event(&Event::Apply(object));
         }
         let metrics = Metrics::new(RequestCounter::default());
-        metrics.observe_readiness("foo", reader);
+        // A first run's cache, replaced by the next run's, as a sharded replica's are.
+        metrics.observe_readiness("foo", store::<Foo>().0, None);
+        metrics.observe_readiness("foo", reader.clone(), None);
         let text = metrics.render();
         for line in [
             r#"sample_operator_objects{controller="foo",ready="True"} 2"#,
@@ -158,5 +170,22 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
+        // One series each: a scrape with two of one name and labels is refused whole.
+        assert_eq!(text.matches("sample_operator_objects{").count(), 3, "{text}");
+        // A sharded replica that caches every object counts those it owns: here none.
+        let none = crate::runtime::sharding::Ownership {
+            key: crate::runtime::sharding::Key::Namespace,
+            buckets: crate::runtime::sharding::Buckets::ALL.without(
+                crate::runtime::sharding::Buckets::NONE.with(crate::runtime::sharding::bucket_of(
+                    crate::runtime::sharding::fnv1a("default"),
+                )),
+            ),
+        };
+        metrics.observe_readiness("foo", reader, Some(none));
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"sample_operator_objects{controller="foo",ready="True"} 0"#),
+            "{text}"
+        );
     }
 }
