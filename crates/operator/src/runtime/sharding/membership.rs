@@ -551,15 +551,11 @@ where
         .await?;
         let acquired = now_held.without(*held);
         let released = held.without(now_held);
-        if now_held != *held || run.is_none() {
+        if now_held != *held {
             if let Some(stopping) = run.take() {
                 stopping.drain(drain).await;
             }
             *held = now_held;
-            if !held.is_empty() {
-                let buckets = *held;
-                *run = Some(Supervised::spawn(|stop| work(buckets, stop)));
-            }
             telemetry.metrics.shard_handover(acquired.len(), released.len());
             tracing::info!(
                 member = %ring.me,
@@ -571,18 +567,18 @@ where
                 "shard buckets changed"
             );
         }
-    } else if run.is_none() && !held.is_empty() {
+    }
+    // The controllers on the buckets held: after a change, or when none run yet.
+    if run.is_none() && !held.is_empty() {
         let buckets = *held;
         *run = Some(Supervised::spawn(|stop| work(buckets, stop)));
     }
-    let unheld = if plan.acquire.is_empty() {
-        plan.unheld.without(*held)
-    } else {
-        plan.unheld
-    };
-    telemetry
-        .metrics
-        .set_shards(seen.live.len(), held.len(), plan.target.len(), unheld.len());
+    telemetry.metrics.set_shards(
+        seen.live.len(),
+        held.len(),
+        plan.target.len(),
+        plan.unheld.without(*held).len(),
+    );
     Ok(seen.next_expiry)
 }
 
