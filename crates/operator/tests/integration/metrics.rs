@@ -107,13 +107,14 @@ async fn get_metrics(port: u16, token: Option<&str>) -> (u16, String) {
 }
 
 /// The operator binary serving `/metrics` securely for the Foos of `ns`, acting as its
-/// ServiceAccount, with `extra` arguments; ready. Returns it and its scratch folder.
+/// ServiceAccount, with `extra` arguments; ready. Returns it and its scratch folder, removed
+/// when dropped after a pass.
 async fn secure_operator(
     client: &Client,
     ns: &TestNamespace,
     label: &str,
     extra: &[&str],
-) -> (OperatorProcess, std::path::PathBuf) {
+) -> (OperatorProcess, crate::support::operator::ScratchDir) {
     let dir = scratch_dir(&ns.name);
     let kubeconfig = operator_kubeconfig(client, &dir).await;
     install_metrics_reader(client).await;
@@ -135,7 +136,7 @@ async fn secure_operator(
 async fn secure_metrics_answer_only_tokens_allowed_to_read_them_and_probes_stay_apart() {
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "metrics-auth").await;
-    let (operator, dir) = secure_operator(&client, &ns, "secure", &[]).await;
+    let (operator, _dir) = secure_operator(&client, &ns, "secure", &[]).await;
 
     let stranger = service_account_token(&client, &ns.name, "stranger", false).await;
     let reader = service_account_token(&client, &ns.name, "prometheus", true).await;
@@ -202,14 +203,13 @@ async fn secure_metrics_answer_only_tokens_allowed_to_read_them_and_probes_stay_
 
     unbind(&client, &ns.name).await;
     drop(operator);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
 async fn with_an_audience_only_tokens_issued_for_it_read_the_metrics() {
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "metrics-audience").await;
-    let (operator, dir) = secure_operator(
+    let (operator, _dir) = secure_operator(
         &client,
         &ns,
         "audience",
@@ -239,5 +239,4 @@ async fn with_an_audience_only_tokens_issued_for_it_read_the_metrics() {
 
     unbind(&client, &ns.name).await;
     drop(operator);
-    let _ = std::fs::remove_dir_all(dir);
 }

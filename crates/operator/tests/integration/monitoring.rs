@@ -122,7 +122,6 @@ async fn promtool_checks_the_rules_and_their_unit_tests_pass() {
             "{RUNBOOKS} has a section {alert}"
         );
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -520,5 +519,4 @@ async fn a_real_prometheus_scrapes_the_operator_evaluates_the_alerts_and_answers
 
     drop(prometheus);
     unbind(&client, &ns.name).await;
-    let _ = std::fs::remove_dir_all(dir);
 }

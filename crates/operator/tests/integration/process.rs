@@ -127,7 +127,6 @@ async fn one_leader_writes_and_hands_over_on_kill_and_on_sigterm() {
         "{}",
         next.log()
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Two binaries with `--sharding` split the Foos, each sent its own by the apiserver (the local
@@ -243,7 +242,6 @@ async fn sharded_binaries_split_the_foos_and_one_takes_all_on_sigterm() {
     let mut b = b;
     b.signal(Signal::SIGTERM);
     assert!(b.wait_exit(Duration::from_secs(20)).success(), "{}", b.log());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -340,7 +338,6 @@ async fn probes_and_metrics_report_what_happens() {
         "{}",
         operator.log()
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Runs the binary to completion and returns its exit status and stderr.

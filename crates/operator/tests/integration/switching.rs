@@ -140,7 +140,8 @@ async fn upstream_sample_controller(log: &std::path::Path) -> tokio::process::Ch
 async fn taking_over_from_sample_controller_rolls_nothing_until_the_secure_defaults_are_chosen() {
     let client = client_with_crds().await;
     let ns = TestNamespace::create(&client, "switching").await;
-    let log = scratch_dir("switching").join("sample-controller.log");
+    let scratch = scratch_dir("switching");
+    let log = scratch.join("sample-controller.log");
 
     // Upstream's controller converges the Foos, then stops, as a user switching would stop it.
     let mut upstream = upstream_sample_controller(&log).await;

@@ -272,10 +272,38 @@ pub async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -
     testing::eventually(what, timeout, async || check().then_some(())).await
 }
 
-pub fn scratch_dir(name: &str) -> PathBuf {
+/// A folder of one test's own for its logs and files, removed when the test passes; kept,
+/// named on stderr, when it fails, as [`TestNamespace`](local_cluster::testing::TestNamespace)
+/// keeps its namespace.
+pub fn scratch_dir(name: &str) -> ScratchDir {
     let dir = std::env::temp_dir().join(format!("sample-operator-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    ScratchDir(dir)
+}
+
+pub struct ScratchDir(PathBuf);
+
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for ScratchDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("the test failed: {} is kept for inspection", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 pub async fn wait_foo_available(foos: &kube::Api<Foo>, name: &str) {
