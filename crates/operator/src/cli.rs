@@ -467,7 +467,7 @@ pub struct ShardingArgs {
     /// Split the objects among the replicas instead of electing one: each replica holds a
     /// member Lease (in the leader election's namespace, for the same duration) and reconciles
     /// the objects hashing into its share of 64 buckets, sent to the API server as KEP-5866's
-    /// shardSelector. Foos are split by UID, MyCustomResources and their Pods and Networks by
+    /// shardSelector. Foos and Networks are split by UID, MyCustomResources and their Pods by
     /// namespace.
     #[arg(long, env = "SAMPLE_OPERATOR_SHARDING", conflicts_with = "leader_elect")]
     pub sharding: bool,

@@ -1,17 +1,17 @@
-//! Sharded replicas (`--sharding`) on the real apiserver: each replica reconciles only the Foos of
-//! its buckets, a killed replica's buckets are taken over once its Lease expires, replicas come
-//! and go during churn, and at no moment do two replicas reconcile the same Foo. Run against
-//! the local cluster, whose apiserver filters by the shardSelector (KEP-5866's feature gate on),
-//! and against an apiserver of its own with the gate off, where every replica filters itself.
+//! Sharded replicas (`--sharding`) on a real apiserver: each replica reconciles only the Foos,
+//! MyCustomResources and Networks of its buckets, a killed replica's buckets are taken over once
+//! its Lease expires, replicas come and go during churn, and at no moment do two replicas
+//! reconcile the same object. Run on an apiserver of the test's own (etcd and kube-apiserver
+//! only, so no Pod loads the shared cluster) that filters by the shardSelector (KEP-5866's
+//! feature gate on), and on one with the gate off, where every replica filters itself.
 //!
-//! Each replica runs in-process on a client of its own that logs every write it sends, and
-//! each run of its controllers is logged with the buckets it held and when it started and
-//! ended; the checks are made on those logs.
+//! Each replica runs in-process on a client of its own that logs every write it sends
+//! (leader.rs's [`WriteLog`]), and each run of its controllers is logged with the buckets it
+//! held and when it started and ended; the checks are made on those logs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -28,6 +28,7 @@ use sample_operator::runtime::{Telemetry, requests::RequestCounter};
 use sample_operator_api::Foo;
 
 use crate::foo::new_foo;
+use crate::leader::WriteLog;
 use crate::support::{all_crds, config, metric_sum};
 
 const RING: &str = "shards";
@@ -51,9 +52,9 @@ struct Ledger(Arc<Mutex<LedgerEntries>>);
 #[derive(Default)]
 struct LedgerEntries {
     /// (replica, buckets, started, ended: `None` while it runs).
-    runs: Vec<(String, Buckets, Instant, Option<Instant>)>,
-    /// (replica, method, path, sent).
-    writes: Vec<(String, String, String, Instant)>,
+    runs: Vec<(String, Buckets, SystemTime, Option<SystemTime>)>,
+    /// Each replica's writes.
+    writes: BTreeMap<String, WriteLog>,
 }
 
 impl Ledger {
@@ -61,12 +62,34 @@ impl Ledger {
         let mut entries = self.0.lock().unwrap();
         entries
             .runs
-            .push((replica.to_owned(), buckets, Instant::now(), None));
+            .push((replica.to_owned(), buckets, SystemTime::now(), None));
         entries.runs.len() - 1
     }
 
     fn run_ended(&self, run: usize) {
-        self.0.lock().unwrap().runs[run].3.get_or_insert(Instant::now());
+        self.0.lock().unwrap().runs[run]
+            .3
+            .get_or_insert(SystemTime::now());
+    }
+
+    /// The log `replica`'s client writes in.
+    fn writes_of(&self, replica: &str) -> WriteLog {
+        let mut entries = self.0.lock().unwrap();
+        entries.writes.entry(replica.to_owned()).or_default().clone()
+    }
+
+    /// Every replica's writes but to Leases: (replica, method, path, sent).
+    fn writes(&self) -> Vec<(String, String, String, SystemTime)> {
+        let entries = self.0.lock().unwrap();
+        entries
+            .writes
+            .iter()
+            .flat_map(|(replica, log)| {
+                log.controller_writes()
+                    .into_iter()
+                    .map(|(method, path, sent)| (replica.clone(), method, path, sent))
+            })
+            .collect()
     }
 }
 
@@ -79,58 +102,7 @@ impl Drop for RunGuard {
     }
 }
 
-/// A layer logging a replica's writes in the ledger; once its switch is on, the replica's
-/// requests about Leases go to a path the apiserver does not serve (404), as when it can no
-/// longer reach or may no longer write them.
-#[derive(Clone)]
-struct LogWrites(Ledger, String, Arc<std::sync::atomic::AtomicBool>);
-
-impl<S> tower::Layer<S> for LogWrites {
-    type Service = Logged<S>;
-    fn layer(&self, inner: S) -> Logged<S> {
-        Logged {
-            inner,
-            log: self.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-struct Logged<S> {
-    inner: S,
-    log: LogWrites,
-}
-
-impl<S, B> tower::Service<http::Request<B>> for Logged<S>
-where
-    S: tower::Service<http::Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        if self.log.2.load(std::sync::atomic::Ordering::SeqCst) && request.uri().path().contains("/leases") {
-            let cut = request.uri().to_string().replace("/leases", "/leases-cut");
-            *request.uri_mut() = cut.parse().unwrap();
-        }
-        if request.method() != http::Method::GET {
-            self.log.0.0.lock().unwrap().writes.push((
-                self.log.1.clone(),
-                request.method().to_string(),
-                request.uri().path().to_owned(),
-                Instant::now(),
-            ));
-        }
-        self.inner.call(request)
-    }
-}
-
-/// One sharded replica running the Foo controller in `namespace`.
+/// One sharded replica, running every controller over every namespace.
 struct Replica {
     name: String,
     stop: tokio::sync::oneshot::Sender<()>,
@@ -141,11 +113,26 @@ struct Replica {
 
 fn start_replica(cluster: &kube::Config, leases: &str, name: &str, ledger: &Ledger) -> Replica {
     let selectors = Selectors::default();
+    // Once switched on, the replica's requests about Leases go to a path the apiserver does not
+    // serve (404), as when it can no longer reach or may no longer write them.
     let leases_cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cut = {
+        let leases_cut = leases_cut.clone();
+        tower::util::MapRequestLayer::new(move |mut request: http::Request<kube::client::Body>| {
+            if leases_cut.load(std::sync::atomic::Ordering::SeqCst)
+                && request.uri().path().contains("/leases")
+            {
+                let cut = request.uri().to_string().replace("/leases", "/leases-cut");
+                *request.uri_mut() = cut.parse().unwrap();
+            }
+            request
+        })
+    };
     let client = kube::client::ClientBuilder::try_from(cluster.clone())
         .unwrap()
         .with_layer(&selectors.layer())
-        .with_layer(&LogWrites(ledger.clone(), name.to_owned(), leases_cut.clone()))
+        .with_layer(&ledger.writes_of(name))
+        .with_layer(&cut)
         .build();
     let telemetry = Telemetry::new(RequestCounter::default());
     // Over every namespace of the apiserver, which is the test's own.
@@ -306,9 +293,10 @@ fn assert_no_double_work(
     buckets: &BTreeMap<String, u32>,
     networks: &BTreeMap<(String, String), u32>,
 ) {
+    let writes = ledger.writes();
     let entries = ledger.0.lock().unwrap();
-    let now = Instant::now();
-    let runs: Vec<(&str, Buckets, Instant, Instant)> = entries
+    let now = SystemTime::now();
+    let runs: Vec<(&str, Buckets, SystemTime, SystemTime)> = entries
         .runs
         .iter()
         .map(|(r, b, start, end)| (r.as_str(), *b, *start, end.unwrap_or(now)))
@@ -326,7 +314,7 @@ fn assert_no_double_work(
         }
     }
     let mut checked = 0;
-    for (replica, method, path, sent) in &entries.writes {
+    for (replica, method, path, sent) in &writes {
         // …/foos/NAME/status and …/deployments/NAME-d by the Foo's UID; a MyCustomResource's,
         // a Network's and an attachment definition's by their namespace.
         let segments: Vec<&str> = path.split('/').collect();
@@ -385,7 +373,7 @@ fn assert_shares(
 ) {
     let config = shard_config("");
     let foos_written = statuses_written(ledger, buckets);
-    let entries = ledger.0.lock().unwrap();
+    let writes = ledger.writes();
     for replica in replicas {
         let mine = held[&config.member_lease(&replica.name)];
         let share = f64::from(mine.len()) / f64::from(BUCKETS);
@@ -400,8 +388,7 @@ fn assert_shares(
         );
         // MyCustomResources and Networks: the tenants of its buckets, each as many.
         for plural in ["mycustomresources", "networks"] {
-            let written: BTreeSet<(&str, &str)> = entries
-                .writes
+            let written: BTreeSet<(&str, &str)> = writes
                 .iter()
                 .filter(|(r, _, path, _)| r == &replica.name && path.ends_with("/status"))
                 .filter_map(
@@ -429,9 +416,9 @@ fn assert_shares(
 
 /// How many of the Foos in `buckets` each replica wrote the status of.
 fn statuses_written(ledger: &Ledger, buckets: &BTreeMap<String, u32>) -> BTreeMap<String, usize> {
-    let entries = ledger.0.lock().unwrap();
+    let writes = ledger.writes();
     let mut written: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
-    for (replica, _, path, _) in &entries.writes {
+    for (replica, _, path, _) in &writes {
         if let [.., "foos", name, "status"] = path.split('/').collect::<Vec<_>>().as_slice()
             && buckets.contains_key(*name)
         {
