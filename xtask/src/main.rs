@@ -476,7 +476,22 @@ fn run_tests(
         run(nextest.as_os_str(), &args, &env).context("tests failed")
     });
     let skips = skipped_tests(&skip_log);
+    // A test's own `up` replaces a cluster it finds unhealthy; here, where this run started it,
+    // that would hide a crash and take the real node and the test bed with it.
+    // (The disruption test restarts the apiserver, never etcd.)
+    let etcd = |state: &local_cluster::State| {
+        let etcd = state.components.iter().find(|c| c.name == "etcd");
+        etcd.map(|c| c.pid)
+    };
+    let replaced = cluster.state().as_ref().map(etcd) != Some(etcd(&state));
     tested?;
+    if replaced {
+        anyhow::bail!(
+            "the local cluster was replaced during the tests (its etcd is another process): a \
+             test's `up` found it unhealthy; its logs are in {}",
+            cluster.dir().join("logs").display()
+        );
+    }
     // On this local cluster every test can run, but the real node's where the machine cannot
     // run one: any other skip is a failure, not a note.
     let unexpected: Vec<&String> = skips

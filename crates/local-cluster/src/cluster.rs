@@ -32,6 +32,10 @@ use crate::wait::wait_for;
 /// How many fake nodes `up` registers.
 pub const NODES: usize = 3;
 /// The annotation that marks the nodes kwok plays.
+/// How long `up` waits for a cluster whose processes all run to answer `/readyz` before it
+/// starts a new one in its place.
+const REUSE_PATIENCE: Duration = Duration::from_secs(90);
+
 const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 
 /// What `up` recorded about the running cluster, kept in `<run dir>/state.json`.
@@ -173,6 +177,30 @@ impl LocalCluster {
         Ok(kube::Client::try_from(self.config().await?)?)
     }
 
+    /// Whether every process of `state` runs and the apiserver answers `/readyz` within
+    /// `patience`: a loaded machine's apiserver may miss one `/readyz`, and a cluster whose
+    /// processes all run is not wiped for that (the tests' own `up` would take the real node,
+    /// the test bed and every other test's objects with it).
+    async fn answers_within(&self, state: &State, patience: Duration) -> bool {
+        let deadline = std::time::Instant::now() + patience;
+        let Ok(client) = self.client().await else {
+            return false;
+        };
+        loop {
+            if !state.components.iter().all(Component::is_running) {
+                return false;
+            }
+            match readyz(&client).await {
+                Ok(()) => return true,
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    tracing::warn!(error = %e, "the running cluster does not answer /readyz");
+                    return false;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        }
+    }
+
     /// Whether every recorded process runs and the apiserver answers `/readyz`.
     pub async fn is_healthy(&self) -> bool {
         let Some(state) = self.state() else { return false };
@@ -217,8 +245,8 @@ impl LocalCluster {
             None
         };
         let _lock = self.lock()?;
-        if self.is_healthy().await
-            && let Some(state) = self.state().filter(|state| options.started(state))
+        if let Some(state) = self.state().filter(|state| options.started(state))
+            && self.answers_within(&state, REUSE_PATIENCE).await
         {
             if let Some(bin) = &node_binaries
                 && !self.node().is_running()
@@ -428,6 +456,9 @@ impl LocalCluster {
     /// Stops one component and starts it again with the same arguments, as an outage would;
     /// for the kube-apiserver, waits until it is ready again. For tests of reconnection.
     pub async fn restart(&self, name: &str) -> Result<()> {
+        // Held until the component answers again, so that an `up` meanwhile (another test
+        // process's) waits instead of finding a process stopped and wiping the cluster.
+        let _lock = self.lock()?;
         let mut state = self.state().ok_or(Error::NotRunning)?;
         let position = state
             .components

@@ -39,7 +39,14 @@ impl<T: Serialize + DeserializeOwned> StateFile<T> {
             what: self.what.into(),
             message: e.to_string(),
         })?;
-        std::fs::write(&self.path, text).map_err(|e| Error::io(&self.path, e))
+        // Written beside it and renamed over it, so that another process reading meanwhile (a
+        // test asking whether the cluster is healthy) finds the old record or the new one,
+        // never an empty file that would read as "nothing started".
+        let partial = self
+            .path
+            .with_extension(format!("json.{}.partial", std::process::id()));
+        std::fs::write(&partial, text).map_err(|e| Error::io(&partial, e))?;
+        std::fs::rename(&partial, &self.path).map_err(|e| Error::io(&self.path, e))
     }
 
     /// Forgets the record; one already gone is no error.
@@ -63,5 +70,34 @@ mod tests {
         file.remove();
         assert_eq!(file.load(), None);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A process that reads the record while another saves it finds a whole record each time.
+    #[test]
+    fn a_record_being_saved_again_always_loads_whole() {
+        let dir = std::env::temp_dir().join(format!("state-file-race-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = StateFile::<Vec<u64>>::in_dir(&dir, "numbers");
+        let record: Vec<u64> = (0..20_000).collect();
+        file.save(&record).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (file, record, stop) = (file.clone(), record.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    file.save(&record).unwrap();
+                }
+            })
+        };
+        let mut missing = 0;
+        for _ in 0..300 {
+            if file.load().as_ref() != Some(&record) {
+                missing += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+        assert_eq!(missing, 0, "loads that found no whole record");
     }
 }

@@ -38,6 +38,13 @@ async fn create_until_stored(foos: &Api<Foo>, name: &str) {
     }
 }
 
+/// The process id of the local cluster's etcd, as recorded.
+fn etcd_pid(cluster: &LocalCluster) -> i32 {
+    let state = cluster.state().expect("the local cluster's record");
+    let etcd = state.components.iter().find(|c| c.name == "etcd");
+    etcd.expect("etcd in the record").pid
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_reconnects_after_an_apiserver_restart_and_converges() {
     if testing::uses_existing_cluster() {
@@ -59,10 +66,22 @@ async fn the_operator_reconnects_after_an_apiserver_restart_and_converges() {
         })
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
-    LocalCluster::default()
-        .restart("kube-apiserver")
-        .await
-        .expect("the apiserver restarts");
+    let cluster = LocalCluster::default();
+    let etcd_before = etcd_pid(&cluster);
+    let restart = tokio::spawn({
+        let cluster = cluster.clone();
+        async move { cluster.restart("kube-apiserver").await }
+    });
+    // Another process's `up` while the apiserver is down (a test starting) waits for the
+    // restart and keeps the cluster, instead of finding a process stopped and replacing it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.up().await.expect("up beside a restart");
+    restart.await.unwrap().expect("the apiserver restarts");
+    assert_eq!(
+        etcd_pid(&cluster),
+        etcd_before,
+        "the cluster was replaced during the restart"
+    );
     creator.await.unwrap();
 
     // Every Foo converges, each with exactly its own Deployment.
