@@ -19,6 +19,7 @@ mod model;
 mod proc_stats;
 mod report;
 mod run;
+mod sharded;
 mod tracker;
 
 use std::path::{Path, PathBuf};
@@ -30,6 +31,8 @@ use local_cluster::{LocalCluster, State, UpOptions, paths, toolchain};
 use contender::Contenders;
 use model::{Contender, FreshStart, Meta, Results, RunResult, RunSpec, Scenario, UNTUNED_MAX_N, runs_once};
 use run::RunOptions;
+pub use sharded::ShardedArgs;
+pub use sharded::run as run_sharded;
 
 /// What `--preset` sets; an option given on the command line wins over it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -51,6 +51,10 @@ enum Cmd {
     /// Benchmark our Foo controller against its Go peers on an apiserver of its own (see
     /// bench/RESULTS.md); takes long at the default sizes.
     Bench(bench::BenchArgs),
+    /// Benchmark our Foo controller as 1, 2 and 4 replicas with `--sharding`, each under a CPU
+    /// quota and a memory cap (see bench/RESULTS.md, "Sharded replicas"); hours at the default
+    /// sizes.
+    BenchSharded(bench::ShardedArgs),
     /// Write the CRD manifests (deploy/crds/ and the chart's copies) from the Rust types.
     Crds,
     /// Write the plain manifests in deploy/operator/ from the Helm chart's defaults.
@@ -202,6 +206,7 @@ fn run(args: Args) -> Result<ExitCode> {
         Cmd::Test { scale, nextest_args } => return test(&runtime, &cluster, scale, &nextest_args),
         Cmd::Kubectl { args } => return kubectl(&cluster, &args),
         Cmd::Bench(args) => runtime.block_on(bench::run(args))?,
+        Cmd::BenchSharded(args) => runtime.block_on(bench::run_sharded(args))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,7 @@ use plotters::prelude::*;
 
 use super::model::{Contender, RunResult, Scenario, Spread, capitalised, fastest_concurrency};
 
-const FONT: &str = "sans-serif";
+pub(super) const FONT: &str = "sans-serif";
 
 pub fn draw(path: &Path, runs: &[RunResult]) -> Result<()> {
     register_font();
@@ -33,7 +33,7 @@ pub fn draw(path: &Path, runs: &[RunResult]) -> Result<()> {
     Ok(())
 }
 
-fn register_font() {
+pub(super) fn register_font() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular())
@@ -187,7 +187,7 @@ fn color(contender: Contender) -> RGBColor {
     }
 }
 
-fn plot_error<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+pub(super) fn plot_error<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing the chart: {e:?}")
 }
 

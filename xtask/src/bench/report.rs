@@ -42,7 +42,13 @@ pub fn load(out: &Path) -> Result<Results> {
 /// Writes RESULTS.md and converged.png.
 /// `plan` is every run the benchmark's options ask for, to tell what is still missing.
 pub fn write(out: &Path, results: &Results, plan: &[RunSpec]) -> Result<()> {
-    std::fs::write(out.join("RESULTS.md"), markdown(results, plan))?;
+    // The sharded benchmark's section, from its own results file, stays the last.
+    let sharded = super::sharded::section(out);
+    let mut text = markdown(results, plan);
+    if !sharded.is_empty() {
+        text = super::sharded::with_section(&text, &sharded);
+    }
+    std::fs::write(out.join("RESULTS.md"), text)?;
     chart::draw(&out.join("converged.png"), &results.runs)
 }
 
