@@ -3,7 +3,7 @@
 //! writes and the Events they left; the large runs (here: 100 Foos) start on a cluster of
 //! their own, and say how the wait for that apiserver to go quiet ended. A smoke test: no
 //! timing is asserted, and it measures the debug build the test run already has, so that CI
-//! needs no release build.
+//! needs no release build. `cargo xtask bench-sharded --preset quick` likewise, below.
 
 use std::path::Path;
 use std::process::Command;
@@ -132,6 +132,98 @@ fn the_quick_benchmark_runs_every_scenario() {
                 }
                 _ => {}
             }
+        }
+    }
+}
+
+/// `cargo xtask bench-sharded --preset quick` runs its three rows at 100 Foos: one unsharded
+/// replica, two sharded replicas filtered by the apiserver, and two on an apiserver without the
+/// feature gate, which each receive every Foo. The sharded replicas split the Foos between them,
+/// say how they are filtered, and leave no cgroup behind. Also a smoke test: nothing is timed.
+#[test]
+fn the_quick_sharded_benchmark_splits_the_foos_and_reports_each_row() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), Into::into);
+    let operator = Path::new(&target).join("debug/sample-operator");
+    let out = Path::new(&target).join("bench-sharded-smoke");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["bench-sharded", "--preset", "quick", "--out"])
+        .arg(&out)
+        .arg("--operator-binary")
+        .arg(&operator)
+        .current_dir(&root)
+        .output()
+        .expect("the sharded benchmark starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the sharded benchmark failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sharded.json")).unwrap()).unwrap();
+    let runs = results["runs"].as_array().unwrap();
+    let setups: Vec<(&str, u64)> = runs
+        .iter()
+        .map(|run| {
+            (
+                run["row"]["setup"].as_str().unwrap(),
+                run["row"]["replicas"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        setups,
+        [("unsharded", 1), ("server-filtering", 2), ("client-filtering", 2)]
+    );
+    for run in runs {
+        assert!(run["seconds"].as_f64().is_some(), "a run without a result: {run}");
+        let replicas = run["replicas"].as_array().unwrap();
+        let owned: u64 = replicas.iter().map(|r| r["owned_foos"].as_u64().unwrap()).sum();
+        assert_eq!(owned, 100, "each Foo owned by exactly one replica: {run}");
+        let filtering = match run["row"]["setup"].as_str() {
+            Some("server-filtering") => Some("server"),
+            Some("client-filtering") => Some("client"),
+            _ => None,
+        };
+        for replica in replicas {
+            assert_eq!(replica["filtering"].as_str(), filtering, "{run}");
+            assert!(replica["peak_rss_bytes"].as_u64() > Some(0), "{run}");
+            let events = replica["watch_events"].as_u64().unwrap();
+            if filtering == Some("client") {
+                // Sent every Foo, its own or not.
+                assert!(events >= 100, "{run}");
+            } else {
+                assert!(events > 0, "{run}");
+            }
+        }
+        if filtering.is_some() {
+            // Each of the two owns some, so the split happened.
+            assert!(
+                replicas.iter().all(|r| r["owned_foos"].as_u64() > Some(0)),
+                "{run}"
+            );
+        }
+    }
+    let report = std::fs::read_to_string(out.join("RESULTS.md")).unwrap();
+    for line in [
+        "## Sharded replicas",
+        "### N = 100",
+        "| 1, unsharded, no quota | 1 |",
+        "| 2, filtered by the apiserver | 1 |",
+        "| 2, filtered by each replica | 1 |",
+    ] {
+        assert!(report.contains(line), "{line} missing from RESULTS.md:\n{report}");
+    }
+    assert!(out.join("sharded.png").is_file());
+    for hierarchy in ["cpu", "memory", "."] {
+        for replica in 0..2 {
+            let cgroup = Path::new("/sys/fs/cgroup")
+                .join(hierarchy)
+                .join(format!("sample-operator-bench-replica-{replica}"));
+            assert!(!cgroup.exists(), "{} left behind", cgroup.display());
         }
     }
 }

@@ -587,11 +587,21 @@ async fn sharded_replicas_converge_and_hand_over(
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns.name);
     crate::network::install_nad_crd(&admin).await;
     let ledger = Ledger::default();
-    let mut replicas: Vec<Replica> = ["a", "b", "c"]
-        .iter()
-        .map(|n| start_replica(&cluster, &ns.name, n, &ledger))
-        .collect();
+    // As a rollout starts them: within moments, not at once.
+    let mut replicas = Vec::new();
+    for name in ["a", "b", "c"] {
+        replicas.push(start_replica(&cluster, &ns.name, name, &ledger));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     wait_settled(&leases, &replicas, Duration::from_secs(60)).await;
+    // They saw one another before taking any bucket: none took more than its share first (and
+    // listed every object, to hand most over a moment later).
+    for (replica, held, ..) in ledger.0.lock().unwrap().runs.iter() {
+        assert!(
+            held.len() <= BUCKETS.div_ceil(3),
+            "{replica} first ran with buckets {held}, more than a third"
+        );
+    }
 
     // Three replicas split a burst, and the tenants' objects.
     let networks = create_tenants(&admin).await;

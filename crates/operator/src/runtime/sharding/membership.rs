@@ -375,6 +375,16 @@ where
         watcher::watcher(ring.api.clone(), watcher::Config::default().labels(&selector)).default_backoff(),
         config.holders_lease(),
     ));
+    // Replicas started together (a fresh install, a scale-out) see one another before the first
+    // assignment: the first to join would otherwise take every bucket and list every object,
+    // only to hand most of them over a moment later, at the memory of an unsharded replica.
+    tokio::select! {
+        _ = &mut shutdown => {
+            ring.leave().await;
+            return Ok(Outcome::Stopped);
+        }
+        () = tokio::time::sleep(config.settle) => {}
+    }
     // Each turn reads the ring and moves buckets, then waits for a reason to look again.
     let outcome = loop {
         let stepped = tokio::select! {
