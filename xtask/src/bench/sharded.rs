@@ -225,8 +225,27 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
         }
     };
     let quotas = Quotas::prepare(args.cpu_per_replica, args.memory_mib_per_replica)?;
+    // Taken once the binary is built: what is measured is that build, whatever is committed
+    // while the runs go on. A resumed benchmark keeps the date it began.
+    if results.runs.is_empty() {
+        results.meta.date = super::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    } else if (results.meta.cpu_per_replica, results.meta.memory_mib_per_replica)
+        != (args.cpu_per_replica, args.memory_mib_per_replica)
+    {
+        bail!(
+            "cannot resume: its runs had {} cores and {} MiB per replica",
+            results.meta.cpu_per_replica,
+            results.meta.memory_mib_per_replica
+        );
+    }
+    results.meta.machine = super::machine();
+    results.meta.cpu_per_replica = args.cpu_per_replica;
+    results.meta.memory_mib_per_replica = args.memory_mib_per_replica;
+    let commit = super::operator_commit();
+    if !todo.is_empty() && !results.meta.commits.contains(&commit) {
+        results.meta.commits.push(commit);
+    }
     let cluster = LocalCluster::new(paths::repo_root().join(".cluster-bench"));
-    let mut commit_seen = false;
     for (done, row) in todo.iter().enumerate() {
         println!(
             "== run {}/{}: {} Foos, {}",
@@ -240,21 +259,7 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
         let (record, version) = outcome?;
         down?;
         println!("   {}", record.summary());
-        if !commit_seen {
-            results.meta = Meta {
-                date: super::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-                machine: super::machine(),
-                kubernetes_version: version,
-                commits: results.meta.commits.clone(),
-                cpu_per_replica: args.cpu_per_replica,
-                memory_mib_per_replica: args.memory_mib_per_replica,
-            };
-            let commit = super::operator_commit();
-            if !results.meta.commits.contains(&commit) {
-                results.meta.commits.push(commit);
-            }
-            commit_seen = true;
-        }
+        results.meta.kubernetes_version = version;
         results.runs.push(record);
         save(&out, &results)?;
     }
@@ -669,7 +674,7 @@ pub fn markdown(results: &ShardedResults) -> String {
     let mut text = format!(
         "{SECTION_HEADING}\n\n\
          Our Foo controller as N replicas with `--sharding` (`cargo xtask bench-sharded`), measured \
-         {} on {}, Kubernetes {}, commit {}. Each sharded replica runs in cgroups of its own with a \
+         from {} on {}, Kubernetes {}, operator at {}. Each sharded replica runs in cgroups of its own with a \
          CPU quota of {} cores and a memory cap of {} MiB, standing for a machine of its own; every \
          run starts on a fresh etcd and kube-apiserver, creates the Foos, then starts all its \
          replicas at once. \"Filtered by the apiserver\" runs with `ShardedListAndWatch` on (each \
