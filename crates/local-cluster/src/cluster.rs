@@ -31,11 +31,10 @@ use crate::wait::wait_for;
 
 /// How many fake nodes `up` registers.
 pub const NODES: usize = 3;
-/// The annotation that marks the nodes kwok plays.
 /// How long `up` waits for a cluster whose processes all run to answer `/readyz` before it
 /// starts a new one in its place.
 const REUSE_PATIENCE: Duration = Duration::from_secs(90);
-
+/// The annotation that marks the nodes kwok plays.
 const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 
 /// What `up` recorded about the running cluster, kept in `<run dir>/state.json`.

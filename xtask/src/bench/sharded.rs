@@ -648,17 +648,23 @@ fn rows<'a>(results: &'a ShardedResults, n: usize) -> Vec<RowRuns<'a>> {
         .collect()
 }
 
-/// The ratio of the largest replica's median peak memory with `replicas` sharded replicas to
-/// one sharded replica's, at `n` Foos; `None` until both rows have runs.
-pub fn memory_ratio(results: &ShardedResults, n: usize, replicas: usize) -> Option<f64> {
+/// The ratio of the largest replica's median memory (`memory` of each replica: its peak or
+/// its idle figure) with `replicas` sharded replicas to one sharded replica's, at `n` Foos;
+/// `None` until both rows have runs.
+pub fn memory_ratio(
+    results: &ShardedResults,
+    n: usize,
+    replicas: usize,
+    memory: fn(&Replica) -> u64,
+) -> Option<f64> {
     let rows = rows(results, n);
-    let peak = |count: usize| {
+    let largest = |count: usize| {
         rows.iter()
             .find(|r| r.row.setup == Setup::ServerFiltering && r.row.replicas == count)
-            .and_then(|r| r.largest(|x| x.peak_rss_bytes as f64))
+            .and_then(|r| r.largest(|x| memory(x) as f64))
             .map(|s| s.median)
     };
-    Some(peak(replicas)? / peak(1)?)
+    Some(largest(replicas)? / largest(1)?)
 }
 
 /// The heading of the section, which is the last of RESULTS.md.
@@ -749,10 +755,12 @@ pub fn markdown(results: &ShardedResults) -> String {
             .map(|r| r.row.replicas)
             .max();
         if let Some(most) = most.filter(|&m| m > 1)
-            && let Some(ratio) = memory_ratio(results, n, most)
+            && let Some(peak) = memory_ratio(results, n, most, |r| r.peak_rss_bytes)
+            && let Some(idle) = memory_ratio(results, n, most, |r| r.idle_rss_bytes)
         {
             text.push_str(&format!(
-                "\nPeak memory of the largest of {most} replicas against one sharded replica's: {ratio:.2}.\n"
+                "\nMemory of the largest of {most} replicas against one sharded replica's: {peak:.2} \
+                 at its peak, {idle:.2} once idle.\n"
             ));
         }
     }
@@ -967,17 +975,21 @@ mod tests {
                 record(1000, Setup::ClientFiltering, 4, 40),
             ],
         };
-        assert_eq!(
-            memory_ratio(&results, 1000, 4).map(|r| (r * 100.0).round()),
-            Some(32.0)
-        );
+        let percent = |memory: fn(&Replica) -> u64| {
+            memory_ratio(&results, 1000, 4, memory).map(|r| (r * 100.0).round())
+        };
+        assert_eq!(percent(|r| r.peak_rss_bytes), Some(32.0));
+        assert_eq!(percent(|r| r.idle_rss_bytes), Some(29.0));
         let text = markdown(&results);
         assert!(
             text.contains("| 4, filtered by the apiserver | 1 | 10.0 s | 100 | 32 MiB |"),
             "{text}"
         );
         assert!(text.contains("| 250 (0.25) | 250–250 |"), "{text}");
-        assert!(text.contains("against one sharded replica's: 0.32."), "{text}");
+        assert!(
+            text.contains("against one sharded replica's: 0.32 at its peak, 0.29 once idle."),
+            "{text}"
+        );
     }
 
     #[test]
