@@ -191,6 +191,14 @@ fn the_quick_sharded_benchmark_splits_the_foos_and_reports_each_row() {
         for replica in replicas {
             assert_eq!(replica["filtering"].as_str(), filtering, "{run}");
             assert!(replica["peak_rss_bytes"].as_u64() > Some(0), "{run}");
+            let (rss, anon) = (
+                replica["idle_rss_bytes"].as_u64(),
+                replica["idle_anon_bytes"].as_u64(),
+            );
+            assert!(
+                anon > Some(0) && anon < rss,
+                "anonymous memory, part of the resident: {run}"
+            );
             let events = replica["watch_events"].as_u64().unwrap();
             if filtering == Some("client") {
                 // Sent every Foo, its own or not.

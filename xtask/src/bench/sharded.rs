@@ -132,6 +132,11 @@ pub struct Replica {
     pub peak_rss_bytes: u64,
     /// Once quiet after convergence.
     pub idle_rss_bytes: u64,
+    /// Of that, the anonymous memory (`RssAnon`): what it allocated, without the pages of its
+    /// own binary that every replica maps whatever it holds. Not recorded before 2026-11-29
+    /// 17:30 UTC.
+    #[serde(default)]
+    pub idle_anon_bytes: Option<u64>,
     pub cpu_seconds: f64,
     /// Foo watch events received (its lists and changes), before it filters any.
     pub watch_events: u64,
@@ -443,6 +448,11 @@ impl Started {
     /// Its numbers from /proc and from its /metrics.
     fn read(&self) -> Result<Replica> {
         let stats = proc_stats::read(self.component.pid)?;
+        let anon = procfs::process::Process::new(self.component.pid)
+            .and_then(|p| p.status())
+            .ok()
+            .and_then(|status| status.rssanon)
+            .map(|kib| kib * 1024);
         let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
         let metrics = local_cluster::http::get(&url, Duration::from_secs(5))
             .with_context(|| format!("reading {url}"))?
@@ -450,6 +460,7 @@ impl Started {
         Ok(Replica {
             peak_rss_bytes: stats.peak_rss_bytes,
             idle_rss_bytes: stats.rss_bytes,
+            idle_anon_bytes: anon,
             cpu_seconds: stats.cpu_seconds,
             watch_events: metric_sum(
                 &metrics,
@@ -760,8 +771,21 @@ pub fn markdown(results: &ShardedResults) -> String {
         {
             text.push_str(&format!(
                 "\nMemory of the largest of {most} replicas against one sharded replica's: {peak:.2} \
-                 at its peak, {idle:.2} once idle.\n"
+                 at its peak, {idle:.2} once idle"
             ));
+            let recorded = results
+                .runs
+                .iter()
+                .filter(|r| r.succeeded() && r.row.n == n && r.row.setup == Setup::ServerFiltering)
+                .flat_map(|r| &r.replicas)
+                .all(|r| r.idle_anon_bytes.is_some());
+            if recorded && let Some(anon) = memory_ratio(results, n, most, |r| r.idle_anon_bytes.unwrap_or(0))
+            {
+                text.push_str(&format!(
+                    ", {anon:.2} in anonymous memory once idle (without the binary's own pages)"
+                ));
+            }
+            text.push_str(".\n");
         }
     }
     text.push_str(&format!("\n![Throughput against replicas]({PLOT_FILE})\n"));
@@ -953,6 +977,7 @@ mod tests {
                 .map(|i| Replica {
                     peak_rss_bytes: (peak_mib + i as u64) * 1024 * 1024,
                     idle_rss_bytes: peak_mib * 1024 * 1024 / 2,
+                    idle_anon_bytes: Some((peak_mib - 20) * 1024 * 1024 / 2),
                     cpu_seconds: 2.0,
                     watch_events: (n / replicas) as u64,
                     owned_foos: (n / replicas) as u64,
@@ -987,7 +1012,10 @@ mod tests {
         );
         assert!(text.contains("| 250 (0.25) | 250–250 |"), "{text}");
         assert!(
-            text.contains("against one sharded replica's: 0.32 at its peak, 0.29 once idle."),
+            text.contains(
+                "against one sharded replica's: 0.32 at its peak, 0.29 once idle, 0.11 in \
+                 anonymous memory once idle (without the binary's own pages)."
+            ),
             "{text}"
         );
     }
