@@ -678,6 +678,17 @@ pub fn memory_ratio(
     Some(largest(replicas)? / largest(1)?)
 }
 
+/// The numbers of Foos with a successful run, smallest first.
+fn sizes(results: &ShardedResults) -> Vec<usize> {
+    let sizes: std::collections::BTreeSet<usize> = results
+        .runs
+        .iter()
+        .filter(|r| r.succeeded())
+        .map(|r| r.row.n)
+        .collect();
+    sizes.into_iter().collect()
+}
+
 /// The heading of the section, which is the last of RESULTS.md.
 pub const SECTION_HEADING: &str = "## Sharded replicas";
 
@@ -710,14 +721,7 @@ pub fn markdown(results: &ShardedResults) -> String {
         meta.cpu_per_replica,
         meta.memory_mib_per_replica,
     );
-    let mut ns: Vec<usize> = results
-        .runs
-        .iter()
-        .filter(|r| r.succeeded())
-        .map(|r| r.row.n)
-        .collect();
-    ns.sort_unstable();
-    ns.dedup();
+    let ns = sizes(results);
     for n in ns {
         text.push_str(&format!(
             "\n### N = {n}\n\n\
@@ -824,14 +828,7 @@ fn plot(path: &Path, results: &ShardedResults) -> Result<()> {
     let font = super::chart::FONT;
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(super::chart::plot_error)?;
-    let mut ns: Vec<usize> = results
-        .runs
-        .iter()
-        .filter(|r| r.succeeded())
-        .map(|r| r.row.n)
-        .collect();
-    ns.sort_unstable();
-    ns.dedup();
+    let ns = sizes(results);
     let throughput = |row: &RowRuns| {
         row.spread(|r| row.row.n as f64 / r.seconds.unwrap_or(f64::INFINITY))
             .map(|s| s.median)
