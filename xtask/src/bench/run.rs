@@ -245,7 +245,7 @@ async fn converge_backlog(env: &Env, spec: &RunSpec, tracker: &Tracker, namespac
         .then(|| contender.sample_event_queue(start))
         .flatten();
     let outcome = tracker
-        .wait_converged(spec.n, start, env.options.timeout, &contender.0)
+        .wait_converged(spec.n, start, env.options.timeout, &[&contender.0])
         .await;
     Ok(Backlog {
         contender,
@@ -267,7 +267,7 @@ async fn burst(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> 
     let event_queue = contender.sample_event_queue(start);
     apiserver::create_foos(&env.client, namespace, spec.n).await?;
     let outcome = tracker
-        .wait_converged(spec.n, start, env.options.timeout, &contender.0)
+        .wait_converged(spec.n, start, env.options.timeout, &[&contender.0])
         .await;
     settle(&contender, &outcome).await?;
     let events = events_written(&tracker, &outcome, start).await;
@@ -415,7 +415,7 @@ async fn prepare_with_ceiling(env: &Env, spec: &RunSpec, tracker: &Tracker, name
     apiserver::create_foos(&env.client, namespace, spec.n).await?;
     let ceiling = env.start_at(Contender::Ceiling, env.options.concurrency)?;
     match tracker
-        .wait_converged(spec.n, Instant::now(), env.options.timeout, &ceiling.0)
+        .wait_converged(spec.n, Instant::now(), env.options.timeout, &[&ceiling.0])
         .await
     {
         Outcome::Converged(_) => Ok(()),

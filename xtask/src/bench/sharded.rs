@@ -330,7 +330,8 @@ async fn run_one(
             &logs,
         )?);
     }
-    let outcome = wait_converged(&tracker, row.n, start, timeout, &replicas).await;
+    let processes: Vec<&Component> = replicas.iter().map(|r| &r.component).collect();
+    let outcome = tracker.wait_converged(row.n, start, timeout, &processes).await;
     let mut record = RunRecord {
         row: *row,
         seconds: None,
@@ -371,28 +372,6 @@ async fn run_one(
     }
     drop(replicas);
     Ok((record, state.kubernetes_version))
-}
-
-/// Like [`Tracker::wait_converged`], over several replicas: gives up when any of them exits.
-async fn wait_converged(
-    tracker: &Tracker,
-    n: usize,
-    start: Instant,
-    timeout: Duration,
-    replicas: &[Started],
-) -> Outcome {
-    loop {
-        // One second at a time, then a look at every replica.
-        let slice = start.elapsed() + Duration::from_secs(1);
-        let first = &replicas[0].component;
-        match tracker.wait_converged(n, start, slice.min(timeout), first).await {
-            Outcome::TimedOut if start.elapsed() < timeout => {}
-            other => return other,
-        }
-        if let Some(gone) = replicas.iter().find(|r| !r.component.is_running()) {
-            return Outcome::Died(gone.component.log_tail(20));
-        }
-    }
 }
 
 /// A replica running in its cgroups; stopped, and its cgroups removed, when dropped.

@@ -221,13 +221,13 @@ impl Tracker {
     }
 
     /// Waits until `n` Foos are converged, measuring from `start`; gives up at `timeout` or when
-    /// `contender` exits.
+    /// any process of the contender (one, or each sharded replica) exits.
     pub async fn wait_converged(
         &self,
         n: usize,
         start: Instant,
         timeout: Duration,
-        contender: &Component,
+        contender: &[&Component],
     ) -> Outcome {
         let mut counts = self.counts.clone();
         let deadline = start + timeout;
@@ -245,8 +245,8 @@ impl Tracker {
                     last.unwrap_or_else(Instant::now).saturating_duration_since(start),
                 );
             }
-            if !contender.is_running() {
-                return Outcome::Died(contender.log_tail(20));
+            if let Some(gone) = contender.iter().find(|c| !c.is_running()) {
+                return Outcome::Died(gone.log_tail(20));
             }
             if Instant::now() >= deadline {
                 return Outcome::TimedOut;
