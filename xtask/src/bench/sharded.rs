@@ -37,11 +37,11 @@ pub struct ShardedArgs {
     /// `full` (the table in bench/RESULTS.md; hours at 100,000 Foos) or `quick` (minutes).
     #[arg(long, value_enum, default_value = "full")]
     preset: Preset,
-    /// Numbers of Foos.
+    /// Numbers of Foos; 0 measures what a replica holds with none.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "10000,100000",
+        default_value = "0,10000,100000",
         default_value_if("preset", "quick", "100")
     )]
     n: Vec<usize>,
@@ -722,8 +722,10 @@ pub fn markdown(results: &ShardedResults) -> String {
                 .collect::<Vec<_>>()
                 .join(", ");
             let events = row.mean(|x| x.watch_events as f64);
+            // With no Foo (what a replica costs whatever it holds) there is no rate or share.
             let share = events
                 .as_ref()
+                .filter(|_| n > 0)
                 .map_or(String::new(), |e| format!(" ({:.2})", e.median / n as f64));
             text.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {}{share} | {owned} | {} |\n",
@@ -731,7 +733,8 @@ pub fn markdown(results: &ShardedResults) -> String {
                 row.runs.len(),
                 cell(row.seconds(), " s", 1),
                 cell(
-                    row.spread(|r| n as f64 / r.seconds.unwrap_or(f64::INFINITY)),
+                    row.spread(|r| n as f64 / r.seconds.unwrap_or(f64::INFINITY))
+                        .filter(|_| n > 0),
                     "",
                     0
                 ),
@@ -748,7 +751,7 @@ pub fn markdown(results: &ShardedResults) -> String {
             .filter(|r| r.row.n == n && r.row.setup == Setup::ServerFiltering)
             .map(|r| r.row.replicas)
             .max();
-        if let Some(most) = most.filter(|&m| m > 1)
+        if let Some(most) = most.filter(|&m| m > 1 && n > 0)
             && let Some(peak) = memory_ratio(results, n, most, |r| r.peak_rss_bytes)
             && let Some(idle) = memory_ratio(results, n, most, |r| r.idle_rss_bytes)
         {
@@ -787,9 +790,14 @@ fn write_report(out: &Path, results: &ShardedResults) -> Result<()> {
 
 /// `document` with its sharded section (from its heading to the end) replaced by `section`.
 pub fn with_section(document: &str, section: &str) -> String {
-    let before = match document.find(&format!("\n{SECTION_HEADING}\n")) {
-        Some(at) => &document[..at + 1],
-        None => document,
+    // A RESULTS.md of its own folder (`--out`) holds the section alone, from its first line.
+    let before = if document.starts_with(&format!("{SECTION_HEADING}\n")) {
+        ""
+    } else {
+        match document.find(&format!("\n{SECTION_HEADING}\n")) {
+            Some(at) => &document[..at + 1],
+            None => document,
+        }
     };
     let mut text = before.trim_end().to_owned();
     if !text.is_empty() {
@@ -807,7 +815,8 @@ fn plot(path: &Path, results: &ShardedResults) -> Result<()> {
     let font = super::chart::FONT;
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(super::chart::plot_error)?;
-    let ns = sizes(results);
+    // No Foo, no throughput.
+    let ns: Vec<usize> = sizes(results).into_iter().filter(|&n| n > 0).collect();
     let throughput = |row: &RowRuns| {
         row.spread(|r| row.row.n as f64 / r.seconds.unwrap_or(f64::INFINITY))
             .map(|s| s.median)
@@ -997,6 +1006,26 @@ mod tests {
     }
 
     #[test]
+    fn with_no_foo_the_section_gives_memory_but_no_rate_share_or_ratio() {
+        let results = ShardedResults {
+            meta: Meta::default(),
+            runs: vec![
+                record(0, Setup::ServerFiltering, 1, 22),
+                record(0, Setup::ServerFiltering, 4, 22),
+            ],
+        };
+        let text = markdown(&results);
+        assert!(
+            text.contains(
+                "| 4, filtered by the apiserver | 1 | 10.0 s | — | 25 MiB | 11 MiB | 2.0 s | 0 | 0–0 |"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("Memory of the largest"), "{text}");
+        assert!(!text.contains("NaN") && !text.contains("inf"), "{text}");
+    }
+
+    #[test]
     fn the_section_replaces_its_old_self_and_leaves_the_rest_of_the_report() {
         let main = "# Results\n\nThe main table.\n";
         let once = with_section(main, &format!("{SECTION_HEADING}\n\nfirst\n"));
@@ -1009,5 +1038,11 @@ mod tests {
             twice,
             format!("# Results\n\nThe main table.\n\n{SECTION_HEADING}\n\nsecond\n")
         );
+        // In a folder of its own, the section is the whole file.
+        let alone = with_section(
+            &format!("{SECTION_HEADING}\n\nfirst\n"),
+            &format!("{SECTION_HEADING}\n\nsecond\n"),
+        );
+        assert_eq!(alone, format!("{SECTION_HEADING}\n\nsecond\n"));
     }
 }
