@@ -17,6 +17,7 @@ mod event_queue;
 mod machine;
 mod model;
 mod proc_stats;
+mod profile;
 mod report;
 mod run;
 mod sharded;
@@ -30,6 +31,8 @@ use local_cluster::{LocalCluster, State, UpOptions, paths, toolchain};
 
 use contender::Contenders;
 use model::{Contender, FreshStart, Meta, Results, RunResult, RunSpec, Scenario, UNTUNED_MAX_N, runs_once};
+pub use profile::ProfileArgs;
+pub use profile::run as run_profile;
 use run::RunOptions;
 pub use sharded::ShardedArgs;
 pub use sharded::run as run_sharded;

@@ -55,6 +55,9 @@ enum Cmd {
     /// quota and a memory cap (see bench/RESULTS.md, "Sharded replicas"); hours at the default
     /// sizes.
     BenchSharded(bench::ShardedArgs),
+    /// Profile our operator and the apiserver while the operator converges a backlog of Foos
+    /// (see bench/PROFILE.md); tens of minutes at the default 100,000.
+    BenchProfile(bench::ProfileArgs),
     /// Write the CRD manifests (deploy/crds/ and the chart's copies) from the Rust types.
     Crds,
     /// Write the plain manifests in deploy/operator/ from the Helm chart's defaults.
@@ -207,6 +210,7 @@ fn run(args: Args) -> Result<ExitCode> {
         Cmd::Kubectl { args } => return kubectl(&cluster, &args),
         Cmd::Bench(args) => runtime.block_on(bench::run(args))?,
         Cmd::BenchSharded(args) => runtime.block_on(bench::run_sharded(args))?,
+        Cmd::BenchProfile(args) => runtime.block_on(bench::run_profile(args))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,818 @@
+//! `cargo xtask bench-profile`: where the CPU goes while our operator converges a backlog of
+//! Foos, in the operator and in the apiserver, and which requests it made.
+//!
+//! One run, as the main benchmark's backlog scenario runs ours: a fresh etcd and kube-apiserver
+//! (`.cluster-bench/`, no controller-manager), the Foos created first, then the release build
+//! started with the benchmark's options. `perf record` samples the operator and the apiserver
+//! on the `cpu-clock` software event (this machine's virtual CPUs count no cycles) from the
+//! operator's start until it has gone quiet after convergence, Events written. The samples are
+//! flat (the release build has no frame pointers, and DWARF unwinding of every sample would
+//! cost more than it measures), so each is put in an area by the crate or Go package of its
+//! function ([`rust_area`], [`go_area`]); the apiserver's `apiserver_request_total` gives the
+//! requests behind its share.
+//!
+//! Results go to `profile.json` and `PROFILE.md` in `--out`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use local_cluster::process::free_port;
+use local_cluster::{Component, LocalCluster, UpOptions, paths, toolchain};
+use serde::{Deserialize, Serialize};
+
+use super::apiserver::{self, RequestCounts};
+use super::tracker::{Outcome, Tracker};
+use super::{parse_duration, proc_stats};
+
+/// Options of `cargo xtask bench-profile`.
+#[derive(clap::Args, Debug)]
+pub struct ProfileArgs {
+    /// Foos in the backlog.
+    #[arg(long, default_value_t = 100_000)]
+    pub n: usize,
+    /// Samples a second of each process's CPU time.
+    #[arg(long, default_value_t = 499)]
+    pub frequency: u32,
+    /// The run fails if the Foos have not converged after this long.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Where profile.json and PROFILE.md go, from the repository root.
+    #[arg(long, default_value = "bench")]
+    pub out: PathBuf,
+    /// Profile this sample-operator binary instead of building the release one.
+    #[arg(long)]
+    pub operator_binary: Option<PathBuf>,
+    /// Only render PROFILE.md again from profile.json.
+    #[arg(long)]
+    pub report_only: bool,
+}
+
+/// What one run found.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub date: String,
+    pub machine: String,
+    pub commit: String,
+    pub kubernetes_version: String,
+    pub n: usize,
+    pub frequency: u32,
+    /// From the operator's start until the last Foo converged.
+    pub converged_seconds: f64,
+    /// Until it went quiet after that (its Events written).
+    pub quiet_seconds: f64,
+    pub operator: Process,
+    pub apiserver: Process,
+    /// Requests the apiserver served for the Foo controller's resources, keyed `VERB resource`.
+    pub requests: BTreeMap<String, u64>,
+}
+
+/// One profiled process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Process {
+    /// CPU time over the profile, from /proc.
+    pub cpu_seconds: f64,
+    pub samples: u64,
+    /// Samples per area, most first.
+    pub areas: Vec<(String, u64)>,
+    /// Samples per function, the most sampled first (at most [`TOP_FUNCTIONS`]).
+    pub functions: Vec<(String, u64)>,
+}
+
+const TOP_FUNCTIONS: usize = 25;
+const JSON_FILE: &str = "profile.json";
+const REPORT_FILE: &str = "PROFILE.md";
+
+pub async fn run(args: ProfileArgs) -> Result<()> {
+    let out = paths::repo_root().join(&args.out);
+    if args.report_only {
+        let text = std::fs::read_to_string(out.join(JSON_FILE))
+            .with_context(|| format!("reading {}", out.join(JSON_FILE).display()))?;
+        let profile: Profile = serde_json::from_str(&text).context("parsing profile.json")?;
+        return write_report(&out, &profile);
+    }
+    let perf = perf_binary()?;
+    let operator = match &args.operator_binary {
+        Some(binary) => binary.clone(),
+        None => {
+            println!("== building sample-operator (release)");
+            crate::cargo_build::operator("release", true)?
+        }
+    };
+    let cluster = LocalCluster::new(paths::repo_root().join(".cluster-bench"));
+    let work = tempdir()?;
+    let outcome = profile_run(&cluster, &operator, &perf, &args, &work).await;
+    let down = cluster.down().context("stopping the benchmark cluster");
+    let mut profile = outcome?;
+    down?;
+    println!("== reading the samples");
+    // On failure the samples stay in the temporary folder, to be read by hand.
+    profile
+        .operator
+        .fill(&perf, &work.join("operator.data"), rust_area)?;
+    profile
+        .apiserver
+        .fill(&perf, &work.join("apiserver.data"), go_area)?;
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&out)?;
+    std::fs::write(
+        out.join(JSON_FILE),
+        serde_json::to_string_pretty(&profile)? + "\n",
+    )?;
+    write_report(&out, &profile)?;
+    println!("== wrote {}", out.join(REPORT_FILE).display());
+    Ok(())
+}
+
+/// `perf` (Debian's linux-perf), found on PATH: its full path, because a [`Component`] tells
+/// whether it still runs by the binary its process runs.
+fn perf_binary() -> Result<PathBuf> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("perf"))
+        .find(|path| path.is_file())
+        .context("perf is not installed: Debian's linux-perf has it (apt-get install linux-perf)")
+}
+
+fn tempdir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("sample-operator-profile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+async fn profile_run(
+    cluster: &LocalCluster,
+    operator: &Path,
+    perf: &Path,
+    args: &ProfileArgs,
+    work: &Path,
+) -> Result<Profile> {
+    println!("== a fresh etcd and kube-apiserver");
+    let state = cluster
+        .up_with(UpOptions {
+            apiserver_only: true,
+            large: true,
+            ..UpOptions::default()
+        })
+        .await?;
+    let kubectl = toolchain::ensure()?.kubectl;
+    apiserver::install_crds(&kubectl, &cluster.kubeconfig())?;
+    let apiserver_pid = state
+        .components
+        .iter()
+        .find(|c| c.name == "kube-apiserver")
+        .context("no kube-apiserver in the benchmark cluster's record")?
+        .pid;
+    let client = cluster.client().await?;
+    let namespace = "bench-profile";
+    apiserver::create_namespace(&client, namespace).await?;
+    let tracker = Tracker::start(&client, namespace).await?;
+    println!("== creating {} Foos", args.n);
+    apiserver::create_foos(&client, namespace, args.n).await?;
+    tracker.wait_foos(args.n).await?;
+    proc_stats::wait_quiet(
+        apiserver_pid,
+        Duration::from_secs(2),
+        Duration::from_secs(2),
+        Duration::from_secs(60),
+    )
+    .await?;
+
+    let before = RequestCounts::scrape(&client).await?;
+    let apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds;
+    let logs = cluster.logs_dir().join("profile");
+    let kubeconfig = cluster.kubeconfig().display().to_string();
+    // The main benchmark's options for ours (see contender.rs).
+    let operator_args = vec![
+        "run".to_owned(),
+        format!("--kubeconfig={kubeconfig}"),
+        "--controllers=foo".into(),
+        format!("--probe-address=127.0.0.1:{}", free_port()?),
+        format!("--metrics-address=127.0.0.1:{}", free_port()?),
+        "--foo-resources={}".into(),
+        "--foo-security-context={}".into(),
+    ];
+    println!("== converging them with perf recording");
+    let date = super::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    let start = Instant::now();
+    let record = |name: &str| {
+        vec![
+            "record".to_owned(),
+            "--quiet".into(),
+            "-e".into(),
+            "cpu-clock".into(),
+            "-F".into(),
+            args.frequency.to_string(),
+            "-o".into(),
+            work.join(format!("{name}.data")).display().to_string(),
+        ]
+    };
+    // The operator runs under perf: attached to a process that has only begun, perf missed
+    // the threads it went on to start.
+    let mut perf_args = record("operator");
+    perf_args.push("--".into());
+    perf_args.push(operator.display().to_string());
+    perf_args.extend(operator_args);
+    let perf_operator = Stopped(Component::start("perf-operator", perf, &perf_args, &logs)?);
+    let ours = Stopped(child(&perf_operator.0, operator, &logs)?);
+    let mut perf_args = record("apiserver");
+    perf_args.extend(["-p".into(), apiserver_pid.to_string()]);
+    let perf_apiserver = Stopped(Component::start("perf-apiserver", perf, &perf_args, &logs)?);
+
+    let converged = match tracker
+        .wait_converged(args.n, start, args.timeout, &[&ours.0])
+        .await
+    {
+        Outcome::Converged(took) => took,
+        Outcome::TimedOut => bail!(
+            "{} of {} Foos converged in {:?}",
+            tracker.converged(),
+            args.n,
+            args.timeout
+        ),
+        Outcome::Died(log) => bail!("the operator exited:\n{log}"),
+    };
+    proc_stats::wait_quiet(
+        ours.0.pid,
+        Duration::from_secs(3),
+        Duration::from_secs(3),
+        Duration::from_secs(120),
+    )
+    .await?;
+    let quiet = start.elapsed();
+    let after = RequestCounts::scrape(&client).await?;
+    let operator_cpu = proc_stats::read(ours.0.pid)?.cpu_seconds;
+    let apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds - apiserver_cpu;
+    // perf writes its file when the operator exits, or on SIGTERM for the apiserver, which
+    // goes on.
+    drop((ours, perf_operator, perf_apiserver));
+    Ok(Profile {
+        date,
+        machine: super::machine(),
+        commit: super::operator_commit(),
+        kubernetes_version: state.kubernetes_version.clone(),
+        n: args.n,
+        frequency: args.frequency,
+        converged_seconds: converged.as_secs_f64(),
+        quiet_seconds: quiet.as_secs_f64(),
+        operator: Process {
+            cpu_seconds: operator_cpu,
+            ..Process::default()
+        },
+        apiserver: Process {
+            cpu_seconds: apiserver_cpu,
+            ..Process::default()
+        },
+        requests: after.since(&before),
+    })
+}
+
+/// The operator that `perf` started, once it runs.
+fn child(perf: &Component, operator: &Path, logs: &Path) -> Result<Component> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", perf.pid)).unwrap_or_default();
+        for pid in children.split_whitespace().filter_map(|p| p.parse().ok()) {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            if exe == operator || std::fs::canonicalize(operator).is_ok_and(|o| o == exe) {
+                return Ok(Component {
+                    name: "operator".into(),
+                    pid,
+                    binary: operator.to_owned(),
+                    log: logs.join("perf-operator.log"),
+                    args: Vec::new(),
+                    env: Vec::new(),
+                });
+            }
+        }
+        perf.check()?;
+        if Instant::now() > deadline {
+            bail!("perf did not start the operator within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A process stopped when dropped, on every path out of the run: perf with a minute to write
+/// its file.
+struct Stopped(Component);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.stop(Duration::from_secs(60));
+    }
+}
+
+impl Process {
+    /// Counts the samples in `data` by area and by function.
+    fn fill(&mut self, perf: &Path, data: &Path, area: fn(&str, &str) -> &'static str) -> Result<()> {
+        let output = Command::new(perf)
+            // perf prints no function without its address.
+            .args(["script", "--no-inline", "-F", "ip,sym,dso", "-i"])
+            .arg(data)
+            .output()
+            .with_context(|| format!("running perf script on {}", data.display()))?;
+        if !output.status.success() {
+            bail!(
+                "perf script on {} failed: {}",
+                data.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let (areas, functions) = count(&String::from_utf8_lossy(&output.stdout), area);
+        self.samples = areas.values().sum();
+        if self.samples == 0 {
+            bail!("perf recorded no sample in {}", data.display());
+        }
+        self.areas = most_first(areas);
+        self.functions = most_first(functions);
+        self.functions.truncate(TOP_FUNCTIONS);
+        Ok(())
+    }
+}
+
+/// Samples by area and by function, from `perf script -F ip,sym,dso` lines
+/// (`  7f03b0e4c13e function (dso)`).
+fn count(
+    script: &str,
+    area: fn(&str, &str) -> &'static str,
+) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+    let mut areas = BTreeMap::new();
+    let mut functions = BTreeMap::new();
+    for line in script.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let line = match line.split_once(' ') {
+            Some((ip, rest)) if ip.chars().all(|c| c.is_ascii_hexdigit()) => rest.trim(),
+            _ => line,
+        };
+        let (function, dso) = match line.rsplit_once(" (") {
+            Some((function, dso)) => (function.trim(), dso.trim_end_matches(')')),
+            None => (line, ""),
+        };
+        let function = if function == "[unknown]" || function.is_empty() {
+            format!("[unknown in {}]", file_name(dso))
+        } else {
+            without_hash(function).to_owned()
+        };
+        *areas.entry(area(&function, dso).to_owned()).or_insert(0) += 1;
+        *functions.entry(function).or_insert(0) += 1;
+    }
+    (areas, functions)
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// A Rust symbol without the `::h0123456789abcdef` its legacy mangling ends with.
+fn without_hash(function: &str) -> &str {
+    match function.rsplit_once("::h") {
+        Some((head, hash)) if hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()) => head,
+        _ => function,
+    }
+}
+
+fn most_first(counts: BTreeMap<String, u64>) -> Vec<(String, u64)> {
+    let mut list: Vec<_> = counts.into_iter().collect();
+    list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    list
+}
+
+/// The kernel's part of a sample, whichever process.
+fn kernel(dso: &str) -> bool {
+    dso.starts_with("[kernel") || dso == "[vdso]"
+}
+
+/// The crate a demangled Rust function belongs to: the first path segment, looking through
+/// `<`, `&`, `impl` and `dyn` (`<serde_json::Value as ...>::fmt` is serde_json's). Where the
+/// type has no path (`<&mut T as kube_runtime::...>`, `<u8 as ...>`), the trait's crate.
+fn crate_of(function: &str) -> &str {
+    let first = first_segment(function);
+    let bare = first.starts_with(|c: char| c.is_ascii_uppercase())
+        || matches!(
+            first,
+            "u8" | "u16" | "u32" | "u64" | "usize" | "i32" | "i64" | "str" | "bool"
+        );
+    match function.split_once(" as ") {
+        Some((_, trait_path)) if bare => first_segment(trait_path),
+        _ => first,
+    }
+}
+
+fn first_segment(function: &str) -> &str {
+    let mut rest = function;
+    loop {
+        let trimmed = rest
+            .trim_start_matches(['<', '&', '*', ' ', '('])
+            .trim_start_matches("mut ")
+            .trim_start_matches("const ")
+            .trim_start_matches("impl ")
+            .trim_start_matches("dyn ");
+        if trimmed.len() == rest.len() {
+            break;
+        }
+        rest = trimmed;
+    }
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// jemalloc's functions: the exported ones carry tikv-jemalloc-sys's `_rjem_` prefix, its
+/// internal ones jemalloc's own module prefixes.
+fn jemalloc(function: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "_rjem_",
+        "je_",
+        "arena_",
+        "tcache_",
+        "extent_",
+        "extents_",
+        "emap_",
+        "edata_",
+        "pac_",
+        "pa_",
+        "sz_",
+        "bin_",
+        "large_",
+        "base_",
+        "ecache_",
+        "eset_",
+        "hpa_",
+        "sec_",
+        "san_",
+        "decay_",
+        "imalloc",
+        "ifree",
+        "isfree",
+        "malloc_",
+        "free_default",
+        "rtree_",
+        "witness_",
+        "prof_",
+        "psset_",
+        "ehooks_",
+        "tsd_",
+    ];
+    PREFIXES.iter().any(|p| function.starts_with(p))
+}
+
+/// Our operator's areas, by the crate of each sampled function.
+pub fn rust_area(function: &str, dso: &str) -> &'static str {
+    if kernel(dso) {
+        return "kernel (system calls, loopback TCP, page faults)";
+    }
+    if dso.contains("libc.so") || dso.contains("ld-linux") || dso.contains("libm.so") {
+        return "C library (memcpy, memmove)";
+    }
+    if jemalloc(function) {
+        return "allocator (jemalloc)";
+    }
+    match crate_of(function) {
+        "serde" | "serde_core" | "serde_json" | "k8s_openapi" | "serde_path_to_error" | "ryu" | "itoa" => {
+            "JSON decoding and encoding (serde_json, k8s-openapi)"
+        }
+        "rustls" | "tokio_rustls" | "ring" | "webpki" | "rustls_webpki" => "TLS (rustls)",
+        c if c.starts_with("aws_lc") => "TLS (rustls)",
+        "hyper" | "hyper_util" | "h2" | "http" | "http_body" | "http_body_util" | "tower" | "tower_http"
+        | "httparse" | "bytes" => "HTTP (hyper, tower)",
+        "kube" | "kube_client" | "kube_runtime" | "kube_core" | "kube_lease_manager" => {
+            "kube-rs (client, watcher, reflector, applier)"
+        }
+        "tokio" | "futures" | "futures_util" | "futures_core" | "futures_channel" | "futures_task"
+        | "async_broadcast" | "parking_lot" | "parking_lot_core" => "async runtime (tokio, futures)",
+        "sample_operator" | "sample_operator_api" => "sample-operator's own code",
+        "tracing" | "tracing_core" | "tracing_subscriber" | "prometheus_client" => "logging and metrics",
+        "core" | "alloc" | "std" | "hashbrown" | "indexmap" | "smallvec" => {
+            "Rust's standard library (collections, copies, drops)"
+        }
+        _ if function.starts_with("[unknown") => "unresolved",
+        _ => "other",
+    }
+}
+
+/// The apiserver's areas, by the Go package of each sampled function. The first match wins, so
+/// the narrower packages come before the wider ones.
+pub fn go_area(function: &str, dso: &str) -> &'static str {
+    if kernel(dso) {
+        return "kernel (system calls, loopback TCP, page faults)";
+    }
+    const AREAS: &[(&str, &[&str])] = &[
+        (
+            "server-side apply (structured-merge-diff, managed fields)",
+            &[
+                "sigs.k8s.io/structured-merge-diff",
+                "k8s.io/apimachinery/pkg/util/managedfields",
+                "k8s.io/apiserver/pkg/endpoints/handlers/fieldmanager",
+            ],
+        ),
+        (
+            "CEL and schema validation",
+            &[
+                "github.com/google/cel-go",
+                "k8s.io/apiserver/pkg/cel",
+                "k8s.io/apiextensions-apiserver/pkg/apiserver/schema",
+                "k8s.io/apiextensions-apiserver/pkg/apiserver/validation",
+                "k8s.io/kube-openapi/pkg/validation",
+                "k8s.io/apiserver/pkg/admission",
+            ],
+        ),
+        (
+            "watch cache and watches",
+            &["k8s.io/apiserver/pkg/storage/cacher"],
+        ),
+        (
+            "etcd client and storage",
+            &[
+                "go.etcd.io",
+                "k8s.io/apiserver/pkg/storage",
+                "google.golang.org/grpc",
+                "k8s.io/apiserver/pkg/registry",
+            ],
+        ),
+        (
+            "JSON and protobuf encoding",
+            &[
+                "encoding/json",
+                "sigs.k8s.io/json",
+                "github.com/json-iterator",
+                "k8s.io/apimachinery/pkg/runtime",
+                "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured",
+                "k8s.io/apimachinery/pkg/conversion",
+                "google.golang.org/protobuf",
+                "github.com/gogo/protobuf",
+                "k8s.io/api/",
+                "k8s.io/kubernetes/pkg/apis",
+                "reflect.",
+                "strconv.",
+                "unicode/",
+            ],
+        ),
+        (
+            "TLS and HTTP",
+            &[
+                "crypto/",
+                "vendor/golang.org/x/crypto",
+                "golang.org/x/crypto",
+                "net/http",
+                "golang.org/x/net/http2",
+                "net.",
+                "internal/poll",
+                "bufio.",
+            ],
+        ),
+        (
+            "request handling (filters, authn/z, flow control)",
+            &[
+                "k8s.io/apiserver/pkg/endpoints",
+                "k8s.io/apiserver/pkg/server",
+                "k8s.io/apiserver/pkg/authentication",
+                "k8s.io/apiserver/pkg/authorization",
+                "k8s.io/apiserver/pkg/util/flowcontrol",
+                "k8s.io/apiextensions-apiserver/pkg/apiserver",
+            ],
+        ),
+        (
+            "Go runtime (garbage collector, allocation, scheduler)",
+            &[
+                "runtime.",
+                "internal/runtime",
+                "sync.",
+                "sync/atomic",
+                "internal/sync",
+            ],
+        ),
+    ];
+    for (area, packages) in AREAS {
+        if packages.iter().any(|p| function.starts_with(p)) {
+            return area;
+        }
+    }
+    if function.starts_with("[unknown") {
+        return "unresolved";
+    }
+    "other"
+}
+
+fn write_report(out: &Path, profile: &Profile) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    let path = out.join(REPORT_FILE);
+    std::fs::write(&path, markdown(profile)).with_context(|| format!("writing {}", path.display()))
+}
+
+/// PROFILE.md.
+pub fn markdown(p: &Profile) -> String {
+    let mut md = String::new();
+    md.push_str("# Where the CPU goes: our operator converging a backlog\n\n");
+    md.push_str(&format!(
+        "Written by `cargo xtask bench-profile` ([the method](README.md#profile)); \
+         measured {} on {}, Kubernetes {}, operator at {}.\n\n",
+        p.date, p.machine, p.kubernetes_version, p.commit
+    ));
+    md.push_str(&format!(
+        "{} Foos created before the operator started (the backlog scenario); converged {:.1} s \
+         after its start, quiet (its Events written) after {:.1} s. `perf record -e cpu-clock \
+         -F {}` sampled the operator and the apiserver over that time; a function's share is \
+         its own samples, not its callees'.\n\n",
+        p.n, p.converged_seconds, p.quiet_seconds, p.frequency
+    ));
+    md.push_str("| process | CPU | CPU per Foo | samples |\n|---|--:|--:|--:|\n");
+    for (name, process) in [("sample-operator", &p.operator), ("kube-apiserver", &p.apiserver)] {
+        md.push_str(&format!(
+            "| {name} | {:.1} s | {:.0} µs | {} |\n",
+            process.cpu_seconds,
+            process.cpu_seconds / p.n.max(1) as f64 * 1e6,
+            process.samples
+        ));
+    }
+    md.push_str("\n## Requests\n\nWhat the apiserver served on the Foo controller's resources from the operator's start \
+                 until it went quiet (`apiserver_request_total`), in all and per Foo:\n\n\
+                 | request | count | per Foo |\n|---|--:|--:|\n");
+    for (request, count) in &p.requests {
+        md.push_str(&format!(
+            "| {request} | {count} | {:.2} |\n",
+            *count as f64 / p.n.max(1) as f64
+        ));
+    }
+    for (title, process) in [("sample-operator", &p.operator), ("kube-apiserver", &p.apiserver)] {
+        md.push_str(&format!("\n## {title}\n\n"));
+        let unresolved = process
+            .areas
+            .iter()
+            .find(|(area, _)| area == "unresolved")
+            .map_or(0, |(_, samples)| *samples);
+        if unresolved * 2 > process.samples {
+            // The toolchain's Kubernetes binaries are linked without their symbol table.
+            md.push_str(&format!(
+                "{:.0}% of its samples name no function: its binary has no symbol table \
+                 (built with `-ldflags=-s -w`), so only the kernel's part resolves.\n",
+                unresolved as f64 / process.samples as f64 * 100.0
+            ));
+            continue;
+        }
+        md.push_str("| area | share of samples | CPU |\n|---|--:|--:|\n");
+        for (area, samples) in &process.areas {
+            let share = *samples as f64 / process.samples.max(1) as f64;
+            md.push_str(&format!(
+                "| {area} | {:.1}% | {:.1} s |\n",
+                share * 100.0,
+                share * process.cpu_seconds
+            ));
+        }
+        md.push_str(&format!(
+            "\nThe {} most sampled functions:\n\n| function | share of samples |\n|---|--:|\n",
+            process.functions.len()
+        ));
+        for (function, samples) in &process.functions {
+            md.push_str(&format!(
+                "| `{}` | {:.1}% |\n",
+                function.replace('|', "\\|"),
+                *samples as f64 / process.samples.max(1) as f64 * 100.0
+            ));
+        }
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rust_functions_go_to_the_area_of_their_crate() {
+        let dso = "/x/sample-operator";
+        assert_eq!(
+            rust_area("serde_json::de::Deserializer<R>::parse_whitespace", dso),
+            "JSON decoding and encoding (serde_json, k8s-openapi)"
+        );
+        assert_eq!(
+            rust_area(
+                "<k8s_openapi::api::apps::v1::Deployment as serde_core::de::Deserialize>::deserialize",
+                dso
+            ),
+            "JSON decoding and encoding (serde_json, k8s-openapi)"
+        );
+        assert_eq!(
+            rust_area("aws_lc_0_47_0_aes_gcm_decrypt_avx512", dso),
+            "TLS (rustls)"
+        );
+        assert_eq!(
+            rust_area("_rjem_je_tcache_bin_flush_small", dso),
+            "allocator (jemalloc)"
+        );
+        assert_eq!(
+            rust_area("<&mut T as kube_runtime::reflector::Lookup>::to_object_ref", dso),
+            "kube-rs (client, watcher, reflector, applier)"
+        );
+        assert_eq!(
+            rust_area("sample_operator::controllers::foo::reconcile::{{closure}}", dso),
+            "sample-operator's own code"
+        );
+        assert_eq!(
+            rust_area(
+                "__memmove_avx_unaligned_erms",
+                "/usr/lib/x86_64-linux-gnu/libc.so.6"
+            ),
+            "C library (memcpy, memmove)"
+        );
+        assert_eq!(
+            rust_area("tcp_sendmsg", "[kernel.kallsyms]"),
+            "kernel (system calls, loopback TCP, page faults)"
+        );
+        assert_eq!(rust_area("[unknown in sample-operator]", dso), "unresolved");
+    }
+
+    #[test]
+    fn go_functions_go_to_the_narrowest_package_listed() {
+        let dso = "/x/kube-apiserver";
+        assert_eq!(
+            go_area(
+                "sigs.k8s.io/structured-merge-diff/v6/typed.(*TypedValue).Merge",
+                dso
+            ),
+            "server-side apply (structured-merge-diff, managed fields)"
+        );
+        // The cacher is storage too, but its own area.
+        assert_eq!(
+            go_area(
+                "k8s.io/apiserver/pkg/storage/cacher.(*watchCache).processEvent",
+                dso
+            ),
+            "watch cache and watches"
+        );
+        assert_eq!(
+            go_area(
+                "k8s.io/apiserver/pkg/storage/etcd3.(*store).GuaranteedUpdate",
+                dso
+            ),
+            "etcd client and storage"
+        );
+        assert_eq!(
+            go_area("runtime.mallocgc", dso),
+            "Go runtime (garbage collector, allocation, scheduler)"
+        );
+        assert_eq!(
+            go_area("crypto/internal/fips140/aes/gcm.gcmAesEnc", dso),
+            "TLS and HTTP"
+        );
+        assert_eq!(
+            go_area("github.com/google/cel-go/interpreter.(*evalAnd).Eval", dso),
+            "CEL and schema validation"
+        );
+        assert_eq!(go_area("main.main", dso), "other");
+    }
+
+    #[test]
+    fn samples_are_counted_by_function_without_the_hash_and_by_area() {
+        let script = "    55d0c3a1f2b4 serde_json::de::from_slice::h0123456789abcdef (/x/sample-operator)\n\
+                      \x20   55d0c3a1f2c0 serde_json::de::from_slice::h0123456789abcdef (/x/sample-operator)\n\
+                      \x20   ffffffff81a2b3c4 tcp_sendmsg ([kernel.kallsyms])\n\
+                      \x20   55d0c3a1f2d0 [unknown] (/x/sample-operator)\n";
+        let (areas, functions) = count(script, rust_area);
+        assert_eq!(functions["serde_json::de::from_slice"], 2);
+        assert_eq!(functions["[unknown in sample-operator]"], 1);
+        assert_eq!(areas["JSON decoding and encoding (serde_json, k8s-openapi)"], 2);
+        assert_eq!(areas["kernel (system calls, loopback TCP, page faults)"], 1);
+        assert_eq!(areas.values().sum::<u64>(), 4);
+    }
+
+    #[test]
+    fn the_report_gives_each_area_its_share_and_cpu_and_the_requests_per_foo() {
+        let profile = Profile {
+            n: 1000,
+            operator: Process {
+                cpu_seconds: 10.0,
+                samples: 200,
+                areas: vec![("allocator (jemalloc)".into(), 50), ("other".into(), 150)],
+                functions: vec![("a|b".into(), 20)],
+            },
+            requests: BTreeMap::from([("POST deployments".into(), 1000)]),
+            ..Profile::default()
+        };
+        let md = markdown(&profile);
+        assert!(md.contains("| allocator (jemalloc) | 25.0% | 2.5 s |"), "{md}");
+        assert!(md.contains("| POST deployments | 1000 | 1.00 |"), "{md}");
+        assert!(
+            md.contains("| sample-operator | 10.0 s | 10000 µs | 200 |"),
+            "{md}"
+        );
+        assert!(md.contains("| `a\\|b` | 10.0% |"), "{md}");
+        let stripped = Profile {
+            apiserver: Process {
+                cpu_seconds: 60.0,
+                samples: 100,
+                areas: vec![("unresolved".into(), 94), ("other".into(), 6)],
+                functions: vec![],
+            },
+            ..profile
+        };
+        let md = markdown(&stripped);
+        assert!(md.contains("94% of its samples name no function"), "{md}");
+        assert!(md.contains("| allocator (jemalloc) | 25.0% | 2.5 s |"), "{md}");
+    }
+}
