@@ -13,8 +13,65 @@ use k8s_openapi::api::core::v1::{Event, Namespace};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
-use local_cluster::{paths, process};
+use local_cluster::{LocalCluster, State, UpOptions, paths, process, toolchain};
+
+use super::proc_stats;
+use super::tracker::Tracker;
 use serde_json::json;
+
+/// A run's starting point on a cluster started for it: a fresh etcd and kube-apiserver (with
+/// `ShardedListAndWatch` unless `without_sharded_lists`), the CRDs, `n` Foos in `namespace`
+/// with a [`Tracker`] following them, and the apiserver quiet again after their creates.
+pub struct Backlog {
+    pub state: State,
+    pub apiserver_pid: i32,
+    pub client: Client,
+    pub tracker: Tracker,
+}
+
+pub async fn backlog(
+    cluster: &LocalCluster,
+    namespace: &str,
+    n: usize,
+    without_sharded_lists: bool,
+) -> Result<Backlog> {
+    let state = cluster
+        .up_with(UpOptions {
+            apiserver_only: true,
+            large: true,
+            without_sharded_lists,
+            ..UpOptions::default()
+        })
+        .await?;
+    let kubectl = toolchain::ensure()?.kubectl;
+    install_crds(&kubectl, &cluster.kubeconfig())?;
+    let apiserver_pid = state
+        .components
+        .iter()
+        .find(|c| c.name == "kube-apiserver")
+        .context("no kube-apiserver in the benchmark cluster's record")?
+        .pid;
+    let client = cluster.client().await?;
+    create_namespace(&client, namespace).await?;
+    let tracker = Tracker::start(&client, namespace).await?;
+    println!("   creating {n} Foos");
+    create_foos(&client, namespace, n).await?;
+    tracker.wait_foos(n).await?;
+    // The creates' own load on the apiserver passes before the contender starts.
+    proc_stats::wait_quiet(
+        apiserver_pid,
+        Duration::from_secs(2),
+        Duration::from_secs(2),
+        Duration::from_secs(60),
+    )
+    .await?;
+    Ok(Backlog {
+        state,
+        apiserver_pid,
+        client,
+        tracker,
+    })
+}
 
 /// Foos created at once by the benchmark: enough to keep the apiserver busy, which is what
 /// "as fast as the API server takes them" asks for.

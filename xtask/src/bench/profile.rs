@@ -3,8 +3,8 @@
 //!
 //! One run, as the main benchmark's backlog scenario runs ours: a fresh etcd and kube-apiserver
 //! (`.cluster-bench/`, no controller-manager), the Foos created first, then the release build
-//! started with the benchmark's options. `perf record` samples the operator and the apiserver
-//! on the `cpu-clock` software event (this machine's virtual CPUs count no cycles) from the
+//! started by `perf record` with the benchmark's options, and a second `perf record` attached to
+//! the apiserver. Both sample on the `cpu-clock` software event (this machine's virtual CPUs count no cycles) from the
 //! operator's start until it has gone quiet after convergence, Events written. The samples are
 //! flat (the release build has no frame pointers, and DWARF unwinding of every sample would
 //! cost more than it measures), so each is put in an area by the crate or Go package of its
@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use local_cluster::process::free_port;
-use local_cluster::{Component, LocalCluster, UpOptions, paths, toolchain};
+use local_cluster::{Component, LocalCluster, paths};
 use serde::{Deserialize, Serialize};
 
 use super::apiserver::{self, RequestCounts};
-use super::tracker::{Outcome, Tracker};
+use super::tracker::Outcome;
 use super::{parse_duration, proc_stats};
 
 /// Options of `cargo xtask bench-profile`.
@@ -151,36 +151,13 @@ async fn profile_run(
     args: &ProfileArgs,
     work: &Path,
 ) -> Result<Profile> {
-    println!("== a fresh etcd and kube-apiserver");
-    let state = cluster
-        .up_with(UpOptions {
-            apiserver_only: true,
-            large: true,
-            ..UpOptions::default()
-        })
-        .await?;
-    let kubectl = toolchain::ensure()?.kubectl;
-    apiserver::install_crds(&kubectl, &cluster.kubeconfig())?;
-    let apiserver_pid = state
-        .components
-        .iter()
-        .find(|c| c.name == "kube-apiserver")
-        .context("no kube-apiserver in the benchmark cluster's record")?
-        .pid;
-    let client = cluster.client().await?;
-    let namespace = "bench-profile";
-    apiserver::create_namespace(&client, namespace).await?;
-    let tracker = Tracker::start(&client, namespace).await?;
-    println!("== creating {} Foos", args.n);
-    apiserver::create_foos(&client, namespace, args.n).await?;
-    tracker.wait_foos(args.n).await?;
-    proc_stats::wait_quiet(
+    println!("== a fresh etcd and kube-apiserver, and {} Foos", args.n);
+    let apiserver::Backlog {
+        state,
         apiserver_pid,
-        Duration::from_secs(2),
-        Duration::from_secs(2),
-        Duration::from_secs(60),
-    )
-    .await?;
+        client,
+        tracker,
+    } = apiserver::backlog(cluster, "bench-profile", args.n, false).await?;
 
     let before = RequestCounts::scrape(&client).await?;
     let apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds;

@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use local_cluster::process::free_port;
-use local_cluster::{Component, LocalCluster, UpOptions, paths, toolchain};
+use local_cluster::{Component, LocalCluster, paths};
 use serde::{Deserialize, Serialize};
 
 use super::model::Spread;
-use super::tracker::{Outcome, Tracker};
+use super::tracker::Outcome;
 use super::{Preset, apiserver, parse_duration, proc_stats};
 
 /// Options of `cargo xtask bench-sharded`.
@@ -284,35 +284,16 @@ async fn run_one(
     row: &Row,
     timeout: Duration,
 ) -> Result<(RunRecord, String)> {
-    let state = cluster
-        .up_with(UpOptions {
-            apiserver_only: true,
-            large: true,
-            without_sharded_lists: row.setup == Setup::ClientFiltering,
-            ..UpOptions::default()
-        })
-        .await?;
-    let kubectl = toolchain::ensure()?.kubectl;
-    apiserver::install_crds(&kubectl, &cluster.kubeconfig())?;
-    let apiserver = state
-        .components
-        .iter()
-        .find(|c| c.name == "kube-apiserver")
-        .context("no kube-apiserver in the benchmark cluster's record")?
-        .pid;
-    let client = cluster.client().await?;
-    let namespace = "bench-sharded";
-    apiserver::create_namespace(&client, namespace).await?;
-    let tracker = Tracker::start(&client, namespace).await?;
-    println!("   creating {} Foos", row.n);
-    apiserver::create_foos(&client, namespace, row.n).await?;
-    tracker.wait_foos(row.n).await?;
-    // The creates' own load on the apiserver passes before the replicas start.
-    proc_stats::wait_quiet(
-        apiserver,
-        Duration::from_secs(2),
-        Duration::from_secs(2),
-        Duration::from_secs(60),
+    let apiserver::Backlog {
+        state,
+        apiserver_pid: apiserver,
+        client: _,
+        tracker,
+    } = apiserver::backlog(
+        cluster,
+        "bench-sharded",
+        row.n,
+        row.setup == Setup::ClientFiltering,
     )
     .await?;
 
