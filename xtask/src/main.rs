@@ -399,8 +399,17 @@ fn run_tests(
         real_node,
         ..Default::default()
     };
-    // The host before this run's node, to compare with the host after its last `down`.
+    // The host before this run's node, to compare with the host after its last `down`. A node
+    // whose run was killed (here or in another checkout) is cleared first, as `up` would clear
+    // it: otherwise the check would count what it left as the host's own, and its clearing as
+    // this run's doing.
     let host_before = if real_node && !node_was_running {
+        if let Some(dir) = local_cluster::node::clear_stale().context("clearing a killed real node")? {
+            println!(
+                "cleared the real node that {} left behind, before looking at the host",
+                dir.display()
+            );
+        }
         Some(local_cluster::node::HostSnapshot::take().context("the host before the real node")?)
     } else {
         None
@@ -519,13 +528,21 @@ fn run_tests(
     }
     if let Some(before) = host_before {
         println!(
-            "== the real node's down leaves nothing behind, also after its processes were killed; \
-             it joins a running cluster again, and leaves a Docker-like bridge and a foreign KUBE- \
+            "== the real node's down leaves nothing behind, also after its processes were killed \
+             and it is cleared as a killed run's node; it joins a running cluster again, and leaves a Docker-like bridge and a foreign KUBE- \
              chain made while it ran"
         );
         phases.time("the real node's host check", || {
             runtime.block_on(async {
                 kill_real_node(cluster)?;
+                // What the start of a run does with a killed node, here on this run's own.
+                let cleared = local_cluster::node::clear_stale()?;
+                let own = std::fs::canonicalize(cluster.dir().join("node"))?;
+                anyhow::ensure!(
+                    cleared.as_ref() == Some(&own),
+                    "clearing the killed node found {cleared:?}, not {}",
+                    own.display()
+                );
                 remove_real_node(cluster).await?;
                 cluster.up_with(options).await?;
                 let foreign = host_check::Foreign::make()?;

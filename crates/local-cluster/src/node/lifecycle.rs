@@ -35,6 +35,21 @@ const MULTUS: Identity = Identity {
     group: None,
 };
 
+/// Clears a real node whose run was killed (none of its processes runs) by its own record, from
+/// whichever checkout made it; returns that node's folder, or `None` when there was none. A
+/// live node or a bridge with no record is left alone: [`preflight`](super::preflight) names them.
+pub fn clear_stale() -> Result<Option<PathBuf>> {
+    let Holder::Stale(dir) = holder() else {
+        return Ok(None);
+    };
+    eprintln!(
+        "real node: clearing the one {} left behind (none of its processes runs)",
+        dir.display()
+    );
+    RealNode { dir: dir.clone() }.down()?;
+    Ok(Some(dir))
+}
+
 impl RealNode {
     /// Starts the node's processes beside a running cluster and returns once the Node is Ready.
     /// `server` is the apiserver's loopback URL.
@@ -54,12 +69,8 @@ impl RealNode {
         // Its names and addresses are fixed: one real node per machine.
         match holder() {
             Holder::Free => {}
-            Holder::Stale(dir) => {
-                eprintln!(
-                    "real node: clearing the one {} left behind (none of its processes runs)",
-                    dir.display()
-                );
-                RealNode { dir }.down()?;
+            Holder::Stale(_) => {
+                clear_stale()?;
             }
             Holder::Live(dir) => return Err(Error::Node(live_elsewhere(&dir))),
             Holder::Unrecorded(dir) => return Err(Error::Node(unrecorded(dir.as_deref()))),

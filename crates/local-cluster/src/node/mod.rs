@@ -38,6 +38,7 @@ use crate::state_file::StateFile;
 
 pub(crate) use host::mounts_under;
 pub use host::{FIREWALLS, HostSnapshot, leftovers};
+pub use lifecycle::clear_stale;
 pub use preflight::{Holder, holder, preflight, which};
 
 /// The node's name, which its kubelet certificate carries (`system:node:<name>`).
