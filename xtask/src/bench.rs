@@ -151,7 +151,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     }
     let previous = if args.resume {
         let previous = report::load(&out).context("--resume needs the results.json of an earlier run")?;
-        check_resumable(&args, &previous.meta)?;
+        check_resumable(&args, &previous.meta, &machine())?;
         Some(previous)
     } else {
         None
@@ -359,7 +359,14 @@ fn operator_commit() -> String {
 }
 
 /// Resumed runs must be the same benchmark as the ones they join.
-fn check_resumable(args: &BenchArgs, meta: &Meta) -> Result<()> {
+fn check_resumable(args: &BenchArgs, meta: &Meta, machine: &str) -> Result<()> {
+    // Rows compare runs of one machine only.
+    if meta.machine != machine {
+        bail!(
+            "cannot resume: results.json was taken on {}, and this machine is {machine}",
+            meta.machine
+        );
+    }
     // Results from before the sweep ran the ceiling at `--concurrency`.
     let swept = if meta.ceiling_concurrencies.is_empty() {
         vec![meta.concurrency]
@@ -531,7 +538,7 @@ mod tests {
         let taken = args("--preset quick");
         let meta = Meta {
             date: String::new(),
-            machine: String::new(),
+            machine: "here".into(),
             kubernetes_version: String::new(),
             go_version: String::new(),
             repeats: taken.repeats,
@@ -544,11 +551,20 @@ mod tests {
             other_cluster_running: false,
             commits: vec![],
         };
-        assert!(check_resumable(&args("--preset quick"), &meta).is_ok());
-        let error = check_resumable(&args("--preset quick --fresh-cluster-from 100"), &meta).unwrap_err();
+        assert!(check_resumable(&args("--preset quick"), &meta, "here").is_ok());
+        let error =
+            check_resumable(&args("--preset quick --fresh-cluster-from 100"), &meta, "here").unwrap_err();
         assert!(error.to_string().contains("--fresh-cluster-from 500"), "{error}");
         // Nor join a sweep to runs that were not swept.
-        assert!(check_resumable(&args("--preset quick --sweep 16,64"), &meta).is_err());
+        assert!(check_resumable(&args("--preset quick --sweep 16,64"), &meta, "here").is_err());
+        // Nor runs of another machine.
+        let error = check_resumable(&args("--preset quick"), &meta, "there").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("taken on here, and this machine is there"),
+            "{error}"
+        );
     }
 
     #[test]

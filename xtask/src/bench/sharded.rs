@@ -166,6 +166,10 @@ impl RunRecord {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Meta {
     pub date: String,
+    /// When its last run ended, for a benchmark resumed after a pause; `None` before it was
+    /// recorded (2026-11-30).
+    #[serde(default)]
+    pub last_run: Option<String>,
     pub machine: String,
     pub kubernetes_version: String,
     pub commits: Vec<String>,
@@ -232,18 +236,19 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
     let quotas = Quotas::prepare(args.cpu_per_replica, args.memory_mib_per_replica)?;
     // Taken once the binary is built: what is measured is that build, whatever is committed
     // while the runs go on. A resumed benchmark keeps the date it began.
+    let now = || super::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    let machine = super::machine();
     if results.runs.is_empty() {
-        results.meta.date = super::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
-    } else if (results.meta.cpu_per_replica, results.meta.memory_mib_per_replica)
-        != (args.cpu_per_replica, args.memory_mib_per_replica)
-    {
-        bail!(
-            "cannot resume: its runs had {} cores and {} MiB per replica",
-            results.meta.cpu_per_replica,
-            results.meta.memory_mib_per_replica
-        );
+        results.meta.date = now();
+    } else {
+        resumable(
+            &results.meta,
+            &machine,
+            args.cpu_per_replica,
+            args.memory_mib_per_replica,
+        )?;
     }
-    results.meta.machine = super::machine();
+    results.meta.machine = machine;
     results.meta.cpu_per_replica = args.cpu_per_replica;
     results.meta.memory_mib_per_replica = args.memory_mib_per_replica;
     let commit = super::operator_commit();
@@ -265,6 +270,7 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
         down?;
         println!("   {}", record.summary());
         results.meta.kubernetes_version = version;
+        results.meta.last_run = Some(now());
         results.runs.push(record);
         save(&out, &results)?;
     }
@@ -273,6 +279,25 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
         "== wrote {} and the Sharded replicas section of RESULTS.md",
         out.join(PLOT_FILE).display()
     );
+    Ok(())
+}
+
+/// Whether runs with these settings, on this machine, may join the earlier ones in `meta`: rows
+/// compare runs only of one machine and one quota.
+fn resumable(meta: &Meta, machine: &str, cpu_per_replica: f64, memory_mib_per_replica: u64) -> Result<()> {
+    if meta.machine != machine {
+        bail!(
+            "cannot resume: its runs were made on {}, and this machine is {machine}",
+            meta.machine
+        );
+    }
+    if (meta.cpu_per_replica, meta.memory_mib_per_replica) != (cpu_per_replica, memory_mib_per_replica) {
+        bail!(
+            "cannot resume: its runs had {} cores and {} MiB per replica",
+            meta.cpu_per_replica,
+            meta.memory_mib_per_replica
+        );
+    }
     Ok(())
 }
 
@@ -662,7 +687,7 @@ pub fn markdown(results: &ShardedResults) -> String {
     let mut text = format!(
         "{SECTION_HEADING}\n\n\
          Our Foo controller as N replicas with `--sharding` (`cargo xtask bench-sharded`), measured \
-         from {} on {}, Kubernetes {}, operator at {}. Each sharded replica runs in cgroups of its own with a \
+         from {}{} on {}, Kubernetes {}, operator at {}. Each sharded replica runs in cgroups of its own with a \
          CPU quota of {} cores and a memory cap of {} MiB, standing for a machine of its own; every \
          run starts on a fresh etcd and kube-apiserver, creates the Foos, then starts all its \
          replicas at once. \"Filtered by the apiserver\" runs with `ShardedListAndWatch` on (each \
@@ -675,6 +700,10 @@ pub fn markdown(results: &ShardedResults) -> String {
          throughput stops growing where they are saturated, long before N machines would. The \
          memory, CPU and watch events per replica do not depend on that; the time does.\n",
         meta.date,
+        meta.last_run
+            .as_ref()
+            .filter(|last| **last != meta.date)
+            .map_or_else(String::new, |last| format!(" to {last}")),
         meta.machine,
         meta.kubernetes_version,
         meta.commits.join(", "),
@@ -933,6 +962,40 @@ mod tests {
         };
         assert_eq!((filtering("server"), filtering("client")), (1.0, 0.0));
         assert_eq!(metric_sum(text, "sample_operator_absent", &[]), 0.0);
+    }
+
+    #[test]
+    fn a_benchmark_resumes_only_on_the_same_machine_with_the_same_quota() {
+        let meta = Meta {
+            machine: "2 × Intel(R) Xeon(R) Processor".into(),
+            cpu_per_replica: 0.5,
+            memory_mib_per_replica: 2048,
+            ..Meta::default()
+        };
+        assert!(resumable(&meta, "2 × Intel(R) Xeon(R) Processor", 0.5, 2048).is_ok());
+        let other = resumable(&meta, "2 × AMD EPYC", 0.5, 2048)
+            .unwrap_err()
+            .to_string();
+        assert!(other.contains("were made on 2 × Intel"), "{other}");
+        assert!(resumable(&meta, "2 × Intel(R) Xeon(R) Processor", 1.0, 2048).is_err());
+    }
+
+    #[test]
+    fn a_resumed_benchmark_gives_the_span_of_its_runs() {
+        let mut meta = Meta {
+            date: "2026-11-30 00:00 UTC".into(),
+            ..Meta::default()
+        };
+        let results = |meta: &Meta| ShardedResults {
+            meta: meta.clone(),
+            runs: Vec::new(),
+        };
+        assert!(markdown(&results(&meta)).contains("measured from 2026-11-30 00:00 UTC on"));
+        meta.last_run = Some("2026-12-01 02:00 UTC".into());
+        assert!(
+            markdown(&results(&meta))
+                .contains("measured from 2026-11-30 00:00 UTC to 2026-12-01 02:00 UTC on")
+        );
     }
 
     fn record(n: usize, setup: Setup, replicas: usize, peak_mib: u64) -> RunRecord {
