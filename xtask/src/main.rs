@@ -599,6 +599,16 @@ fn kill_real_node(cluster: &LocalCluster) -> Result<()> {
         )
         .with_context(|| format!("killing {}", component.name))?;
     }
+    // A signal is delivered, and a process gone, a moment after `kill` returns.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while let Some(alive) = running.iter().find(|c| c.is_running()) {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{} still runs 10 s after SIGKILL",
+            alive.name
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     println!("killed the node's {} running processes", running.len());
     Ok(())
 }

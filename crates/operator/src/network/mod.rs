@@ -283,6 +283,7 @@ pub fn wiring(shared: &Shared, settings: &Settings) -> Wiring<NetworkReconciler<
             );
             let backend = Multus::new(
                 shared.client.clone(),
+                shared.config.namespace.clone(),
                 definitions.store,
                 definitions.synced,
                 bridges,

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::TypeMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::Event;
@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{BackendError, Ensured, NetworkBackend};
-use crate::runtime::{FIELD_MANAGER, Synced, children};
+use crate::runtime::{FIELD_MANAGER, Synced, children, scoped};
 
 pub const GROUP: &str = "k8s.cni.cncf.io";
 pub const VERSION: &str = "v1";
@@ -250,6 +250,14 @@ impl Held {
         self.by_definition.insert(key, (bridge, owner));
     }
 
+    fn holder(&self, bridge: &str, uid: &str) -> Option<String> {
+        self.by_bridge
+            .get(bridge)?
+            .values()
+            .find(|owner| *owner != uid)
+            .cloned()
+    }
+
     fn remove(&mut self, key: &str) {
         if let Some((bridge, _)) = self.by_definition.remove(key)
             && let Some(owners) = self.by_bridge.get_mut(&bridge)
@@ -303,13 +311,20 @@ impl Bridges {
     /// The UID of another Network than `uid` whose definition has the bridge `bridge`.
     pub fn held_by_another(&self, bridge: &str, uid: &str) -> Option<String> {
         let guard = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        guard
-            .0
-            .by_bridge
-            .get(bridge)?
-            .values()
-            .find(|owner| *owner != uid)
-            .cloned()
+        guard.0.holder(bridge, uid)
+    }
+
+    /// [`held_by_another`](Self::held_by_another) among `definitions` (a list of them).
+    fn held_by_another_among(
+        definitions: &[NetworkAttachmentDefinition],
+        bridge: &str,
+        uid: &str,
+    ) -> Option<String> {
+        let mut held = Held::default();
+        for (key, of) in definitions.iter().filter_map(Self::of) {
+            held.insert(key, of);
+        }
+        held.holder(bridge, uid)
     }
 }
 
@@ -322,20 +337,28 @@ fn key_of(nad: &NetworkAttachmentDefinition) -> String {
 /// NetworkAttachmentDefinitions for reads.
 pub struct Multus {
     client: kube::Client,
+    /// The namespace the cache follows definitions in; all when `None`.
+    watched: Option<String>,
     cache: Store<NetworkAttachmentDefinition>,
     synced: Synced,
     bridges: Bridges,
 }
 
+/// How long a sync waits for the definitions' first list before it lists them itself: at start
+/// the list is in within a moment, and waiting spares a list for every Network.
+const FIRST_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Multus {
     pub fn new(
         client: kube::Client,
+        watched: Option<String>,
         cache: Store<NetworkAttachmentDefinition>,
         synced: Synced,
         bridges: Bridges,
     ) -> Self {
         Self {
             client,
+            watched,
             cache,
             synced,
             bridges,
@@ -344,6 +367,28 @@ impl Multus {
 
     fn api(&self, namespace: &str) -> Api<NetworkAttachmentDefinition> {
         Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Another Network than `uid` whose definition has the bridge `bridge`: from the index once
+    /// the definitions' first list is in, else from a list of them. Before that list the index
+    /// knows none, and a definition made then could take a name another Network holds.
+    async fn bridge_holder(&self, bridge: &str, uid: &str) -> Result<Option<String>, BackendError> {
+        if !self.synced.is_synced() {
+            let _ = tokio::time::timeout(FIRST_LIST_WAIT, self.synced.wait()).await;
+        }
+        if self.synced.is_synced() {
+            return Ok(self.bridges.held_by_another(bridge, uid));
+        }
+        // Not listed yet (the CRD may be missing, which the list says).
+        let watched = scoped::<NetworkAttachmentDefinition>(&self.client, self.watched.as_deref());
+        match watched.list(&ListParams::default().labels(&selector())).await {
+            Ok(listed) => Ok(Bridges::held_by_another_among(&listed.items, bridge, uid)),
+            Err(e) if is_status(&e, 404) => Err(unavailable()),
+            Err(source) => Err(BackendError::request(
+                "listing NetworkAttachmentDefinitions",
+                source,
+            )),
+        }
     }
 
     /// The operator's NetworkAttachmentDefinition of that name: from the cache once its first
@@ -399,7 +444,7 @@ impl NetworkBackend for Multus {
         let name = network.name_any();
         let api = self.api(&namespace);
         let bridge = bridge_name(&uid, addressing);
-        if let Some(other) = self.bridges.held_by_another(&bridge, &uid) {
+        if let Some(other) = self.bridge_holder(&bridge, &uid).await? {
             return Err(BackendError::BridgeTaken(format!(
                 "the bridge name {bridge} is already that of the Network with UID {other}"
             )));
@@ -562,6 +607,13 @@ mod tests {
         bridges.apply(&Event::Apply(nad.clone()));
         assert_eq!(bridges.held_by_another(&bridge, "uid-2"), Some("uid-1".into()));
         assert_eq!(bridges.held_by_another(&bridge, "uid-1"), None, "its own");
+        // The same answer from a list, before the watch's first one is in.
+        let listed = [nad.clone()];
+        assert_eq!(
+            Bridges::held_by_another_among(&listed, &bridge, "uid-2"),
+            Some("uid-1".into())
+        );
+        assert_eq!(Bridges::held_by_another_among(&listed, &bridge, "uid-1"), None);
         assert_eq!(bridges.held_by_another("son000000000000", "uid-2"), None);
         // Moved to another bridge: the old name is free.
         let moved = build("10.0.1.0/24", "10.0.1.1");
@@ -574,6 +626,53 @@ mod tests {
         assert_eq!(bridges.held_by_another(&bridge, "uid-2"), Some("uid-1".into()));
         bridges.apply(&Event::Delete(nad));
         assert_eq!(bridges.held_by_another(&bridge, "uid-2"), None);
+    }
+
+    /// Before the definitions' first list is in, the bridge check lists them itself: a Network
+    /// synced as the operator starts cannot take a name another Network holds. After it, the
+    /// index answers without a request.
+    #[tokio::test(start_paused = true)]
+    async fn before_the_first_list_the_bridge_check_lists_the_definitions() {
+        use crate::runtime::scenario::ApiServer;
+        let older = build("10.0.0.0/24", "10.0.0.1");
+        let bridge = config(&older)["bridge"].as_str().unwrap().to_owned();
+        let listed = json!({
+            "apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinitionList",
+            "metadata": { "resourceVersion": "7" },
+            "items": [older],
+        });
+        let server = ApiServer::new(move |sent| {
+            sent.is("GET", "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions")
+                .then(|| (200, listed.clone()))
+        });
+        let (synced, mut mark) = Synced::new::<NetworkAttachmentDefinition>();
+        let multus = Multus::new(
+            server.client.clone(),
+            None,
+            kube::runtime::reflector::store::Writer::default().as_reader(),
+            synced,
+            Bridges::default(),
+        );
+        assert_eq!(
+            multus.bridge_holder(&bridge, "uid-2").await.unwrap(),
+            Some("uid-1".into())
+        );
+        assert_eq!(multus.bridge_holder(&bridge, "uid-1").await.unwrap(), None);
+        let sent = server.take();
+        assert_eq!(sent.len(), 2, "{sent:#?}");
+        assert!(
+            sent[0].path.contains(&format!(
+                "labelSelector={}",
+                selector().replace('/', "%2F").replace('=', "%3D")
+            )),
+            "{sent:#?}"
+        );
+        // Listed: the index (empty here) answers.
+        mark(&Event::InitDone);
+        assert_eq!(multus.bridge_holder(&bridge, "uid-2").await.unwrap(), None);
+        assert!(server.take().is_empty());
+        assert!(server.unexpected().is_empty());
     }
 
     #[test]
