@@ -56,6 +56,15 @@ pub struct ShardedArgs {
     /// Runs of each row.
     #[arg(long, default_value_t = 3, default_value_if("preset", "quick", "1"))]
     repeats: usize,
+    /// The setups to run: all by default; fewer to take the rows a question needs first and
+    /// the others later with `--resume`.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "unsharded,server-filtering,client-filtering"
+    )]
+    setups: Vec<Setup>,
     /// Each sharded replica's CPU quota, in cores.
     #[arg(long, default_value_t = 0.5)]
     cpu_per_replica: f64,
@@ -80,7 +89,7 @@ pub struct ShardedArgs {
 }
 
 /// How a row's replicas run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Setup {
     /// One replica without `--sharding` and without a quota.
@@ -110,8 +119,9 @@ impl Row {
     }
 }
 
-/// The runs the options ask for, rows alternating within each repeat (this machine is noisy).
-pub fn plan(ns: &[usize], replicas: &[usize], repeats: usize) -> Vec<Row> {
+/// The runs the options ask for, rows alternating within each repeat (this machine is noisy),
+/// of the setups in `only`.
+pub fn plan(ns: &[usize], replicas: &[usize], repeats: usize, only: &[Setup]) -> Vec<Row> {
     let mut rows = Vec::new();
     for &n in ns {
         let mut setups = vec![(Setup::Unsharded, 1)];
@@ -119,6 +129,7 @@ pub fn plan(ns: &[usize], replicas: &[usize], repeats: usize) -> Vec<Row> {
         if let Some(&most) = replicas.iter().max() {
             setups.push((Setup::ClientFiltering, most));
         }
+        setups.retain(|(setup, _)| only.contains(setup));
         for _ in 0..repeats {
             rows.extend(setups.iter().map(|&(setup, replicas)| Row { n, setup, replicas }));
         }
@@ -215,7 +226,7 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
         (false, _) => ShardedResults::default(),
     };
     results.runs.retain(RunRecord::succeeded);
-    let plan = plan(&args.n, &args.replicas, args.repeats);
+    let plan = plan(&args.n, &args.replicas, args.repeats, &args.setups);
     // A row already run as many times as planned is not run again.
     let mut todo = Vec::new();
     for (i, row) in plan.iter().enumerate() {
@@ -914,8 +925,9 @@ mod tests {
 
     #[test]
     fn the_plan_alternates_rows_and_runs_the_most_replicas_filtered_on_their_side_too() {
-        let plan = plan(&[100], &[1, 2], 2);
-        let labels: Vec<String> = plan.iter().map(Row::label).collect();
+        let all = [Setup::Unsharded, Setup::ServerFiltering, Setup::ClientFiltering];
+        let rows = plan(&[100], &[1, 2], 2, &all);
+        let labels: Vec<String> = rows.iter().map(Row::label).collect();
         assert_eq!(
             labels,
             [
@@ -928,6 +940,13 @@ mod tests {
                 "2, filtered by the apiserver",
                 "2, filtered by each replica",
             ]
+        );
+        // Fewer setups: the same order without the others.
+        let sharded = plan(&[100], &[1, 2], 1, &[Setup::ServerFiltering]);
+        let labels: Vec<String> = sharded.iter().map(Row::label).collect();
+        assert_eq!(
+            labels,
+            ["1, filtered by the apiserver", "2, filtered by the apiserver"]
         );
     }
 
