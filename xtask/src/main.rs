@@ -534,10 +534,10 @@ fn run_tests(
         );
         phases.time("the real node's host check", || {
             runtime.block_on(async {
+                let own = std::fs::canonicalize(cluster.dir().join("node"))?;
                 kill_real_node(cluster)?;
                 // What the start of a run does with a killed node, here on this run's own.
                 let cleared = local_cluster::node::clear_stale()?;
-                let own = std::fs::canonicalize(cluster.dir().join("node"))?;
                 anyhow::ensure!(
                     cleared.as_ref() == Some(&own),
                     "clearing the killed node found {cleared:?}, not {}",

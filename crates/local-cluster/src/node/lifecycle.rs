@@ -67,13 +67,11 @@ impl RealNode {
             .and_then(|p| p.parse().ok())
             .ok_or_else(|| Error::Node(format!("no port in {server}")))?;
         // Its names and addresses are fixed: one real node per machine.
+        clear_stale()?;
         match holder() {
-            Holder::Free => {}
-            Holder::Stale(_) => {
-                clear_stale()?;
-            }
             Holder::Live(dir) => return Err(Error::Node(live_elsewhere(&dir))),
             Holder::Unrecorded(dir) => return Err(Error::Node(unrecorded(dir.as_deref()))),
+            Holder::Free | Holder::Stale(_) => {}
         }
         if self.state().is_some() {
             return Err(Error::Node(format!(

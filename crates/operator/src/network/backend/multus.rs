@@ -250,14 +250,6 @@ impl Held {
         self.by_definition.insert(key, (bridge, owner));
     }
 
-    fn holder(&self, bridge: &str, uid: &str) -> Option<String> {
-        self.by_bridge
-            .get(bridge)?
-            .values()
-            .find(|owner| *owner != uid)
-            .cloned()
-    }
-
     fn remove(&mut self, key: &str) {
         if let Some((bridge, _)) = self.by_definition.remove(key)
             && let Some(owners) = self.by_bridge.get_mut(&bridge)
@@ -311,7 +303,13 @@ impl Bridges {
     /// The UID of another Network than `uid` whose definition has the bridge `bridge`.
     pub fn held_by_another(&self, bridge: &str, uid: &str) -> Option<String> {
         let guard = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        guard.0.holder(bridge, uid)
+        guard
+            .0
+            .by_bridge
+            .get(bridge)?
+            .values()
+            .find(|owner| *owner != uid)
+            .cloned()
     }
 
     /// [`held_by_another`](Self::held_by_another) among `definitions` (a list of them).
@@ -320,11 +318,12 @@ impl Bridges {
         bridge: &str,
         uid: &str,
     ) -> Option<String> {
-        let mut held = Held::default();
-        for (key, of) in definitions.iter().filter_map(Self::of) {
-            held.insert(key, of);
-        }
-        held.holder(bridge, uid)
+        definitions
+            .iter()
+            .filter_map(Self::of)
+            .map(|(_, (held, owner))| (held, owner))
+            .find(|(held, owner)| held == bridge && owner != uid)
+            .map(|(_, owner)| owner)
     }
 }
 
