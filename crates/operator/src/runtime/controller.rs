@@ -508,6 +508,11 @@ pub async fn run<R: Reconciler>(
     tokio::spawn(async move {
         if ready.caches_synced().await {
             health.synced(ready.name);
+            // Start-up is over once every controller has its first lists: what its code
+            // mapped and no longer runs need not stay resident in every replica.
+            if health.readiness().is_ok() {
+                super::code_pages::release_once();
+            }
         }
     });
 

@@ -20,7 +20,8 @@
 //! - [`descriptor`]: what the process knows of each controller (its name, its resource, how to
 //!   start it), and the [`manager`] that runs a set of them, supervised, until shutdown;
 //! - the process around the controllers: [`metrics`], [`health`], the HTTP [`server`], the
-//!   [`requests`] counter and [`leader`] election;
+//!   [`requests`] counter, [`leader`] election, and [`code_pages`], which gives back the pages
+//!   of start-up code once the controllers are synced;
 //! - [`sharding`]: replicas splitting the objects between them, on Kubernetes' sharded list and
 //!   watch where the API server serves it.
 //!
@@ -30,6 +31,7 @@
 
 pub mod backoff;
 pub mod children;
+pub mod code_pages;
 pub mod controller;
 pub mod descriptor;
 pub mod events;
