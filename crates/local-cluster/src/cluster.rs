@@ -85,7 +85,7 @@ impl Etcd {
 
 /// What [`LocalCluster::up_with`] starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UpOptions {
+pub struct UpOptions<'a> {
     /// Only etcd and kube-apiserver: no controller-manager, scheduler, kwok or nodes, so nothing
     /// else uses the CPU while a benchmark measures a controller against the apiserver. Pods are
     /// never scheduled, and neither garbage collection nor namespace deletion happens.
@@ -101,11 +101,16 @@ pub struct UpOptions {
     /// clusters that have not turned it on: a `shardSelector` is then ignored, and a sharded
     /// operator must filter on its own side.
     pub without_sharded_lists: bool,
+    /// Start etcd on a copy of this data folder, which [`LocalCluster::down_keeping_etcd`] kept,
+    /// instead of an empty one: what it holds is in the cluster from the start, as after a
+    /// restart. A benchmark creates its objects once and starts every run from them.
+    pub etcd_data: Option<&'a Path>,
 }
 
-impl UpOptions {
+impl UpOptions<'_> {
     /// Whether a cluster that `up` recorded was started with these options, by a version whose
-    /// etcd requires client certificates of its own CA.
+    /// etcd requires client certificates of its own CA. One asked to start from kept data never
+    /// is: a running cluster holds whatever happened since.
     fn started(&self, state: &State) -> bool {
         let has_controller_manager = state
             .components
@@ -116,7 +121,8 @@ impl UpOptions {
             .iter()
             .filter(|c| c.name == "kube-apiserver")
             .any(|c| c.args.iter().any(|a| a == SHARDED_LISTS_GATE));
-        state.etcd.as_ref().is_some_and(Etcd::has_own_ca)
+        self.etcd_data.is_none()
+            && state.etcd.as_ref().is_some_and(Etcd::has_own_ca)
             && has_controller_manager != self.apiserver_only
             && sharded_lists != self.without_sharded_lists
     }
@@ -220,7 +226,7 @@ impl LocalCluster {
 
     /// [`up`](Self::up) with options. A healthy cluster that was started with other options, or
     /// by a version whose etcd took clients without certificates, is stopped and started anew.
-    pub async fn up_with(&self, options: UpOptions) -> Result<State> {
+    pub async fn up_with(&self, options: UpOptions<'_>) -> Result<State> {
         let binaries = tokio::task::spawn_blocking(toolchain::ensure)
             .await
             .map_err(|e| Error::Toolchain {
@@ -323,7 +329,12 @@ impl LocalCluster {
         Ok(())
     }
 
-    async fn start(&self, bin: &Binaries, options: UpOptions, started: &mut Vec<Component>) -> Result<State> {
+    async fn start(
+        &self,
+        bin: &Binaries,
+        options: UpOptions<'_>,
+        started: &mut Vec<Component>,
+    ) -> Result<State> {
         // A new CA and every certificate each time: `up` starts in a folder it has just wiped,
         // so no older cluster's PKI (one without etcd's certificates, say) is ever reused.
         let pki = pki::generate(
@@ -352,6 +363,9 @@ impl LocalCluster {
             })
         };
 
+        if let Some(kept) = options.etcd_data {
+            copy_etcd_data(kept, &self.dir.join("etcd"))?;
+        }
         let etcd = Component::start(
             "etcd",
             &bin.etcd,
@@ -497,6 +511,29 @@ impl LocalCluster {
         self.wipe()
     }
 
+    /// [`LocalCluster::down`], keeping etcd's data folder as `to` (replacing what was there) for
+    /// [`UpOptions::etcd_data`]. etcd is stopped first, as `down` stops it (SIGTERM, then
+    /// SIGKILL after 10 s; etcd recovers from either), so the folder is whole.
+    pub fn down_keeping_etcd(&self, to: &Path) -> Result<()> {
+        let _lock = self.lock()?;
+        self.stop_recorded();
+        let data = self.dir.join("etcd");
+        if !data.is_dir() {
+            return Err(Error::NotRunning);
+        }
+        if to.exists() {
+            std::fs::remove_dir_all(to).map_err(|e| Error::io(to, e))?;
+        }
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        if std::fs::rename(&data, to).is_err() {
+            // Another file system: a copy does it.
+            copy_etcd_data(&data, to)?;
+        }
+        self.wipe()
+    }
+
     /// The OpenStack test bed lives in this folder too: it goes with the cluster.
     fn stop_openstack(&self) {
         if let Err(e) = crate::openstack::OpenStack::new(self.dir.clone()).down() {
@@ -511,6 +548,26 @@ impl LocalCluster {
             }
         }
     }
+}
+
+/// Copies etcd's data folder `from` to `to`, folders readable by their owner only, as etcd
+/// requires of its own.
+fn copy_etcd_data(from: &Path, to: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(to)
+        .map_err(|e| Error::io(to, e))?;
+    for entry in std::fs::read_dir(from).map_err(|e| Error::io(from, e))? {
+        let entry = entry.map_err(|e| Error::io(from, e))?;
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        if entry.file_type().map_err(|e| Error::io(&source, e))?.is_dir() {
+            copy_etcd_data(&source, &target)?;
+        } else {
+            std::fs::copy(&source, &target).map_err(|e| Error::io(&source, e))?;
+        }
+    }
+    Ok(())
 }
 
 /// etcd on loopback, HTTPS only: clients (the apiserver, the health check) and peers (none, in

@@ -157,7 +157,7 @@ async fn profile_run(
         apiserver_pid,
         client,
         tracker,
-    } = apiserver::backlog(cluster, "bench-profile", args.n, false).await?;
+    } = apiserver::backlog(cluster, "bench-profile", args.n, false, None).await?;
 
     let before = RequestCounts::scrape(&client).await?;
     let apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds;

@@ -267,7 +267,17 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
         results.meta.commits.push(commit);
     }
     let cluster = LocalCluster::new(paths::repo_root().join(".cluster-bench"));
+    // The Foos of each size are created once, and every run starts from a copy of the etcd
+    // data that holds them. Kept only while this command runs: what an interrupted one left
+    // is removed (it may hold a half-made size).
+    let kept = paths::repo_root().join(KEPT_FOOS);
+    remove_kept(&kept)?;
     for (done, row) in todo.iter().enumerate() {
+        let foos = kept.join(row.n.to_string());
+        if !foos.exists() {
+            println!("== creating {} Foos, kept for every run of that size", row.n);
+            apiserver::keep_foos(&cluster, NAMESPACE, row.n, &foos).await?;
+        }
         println!(
             "== run {}/{}: {} Foos, {}",
             done + 1,
@@ -275,7 +285,7 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
             row.n,
             row.label()
         );
-        let outcome = run_one(&cluster, &operator, &quotas, row, args.timeout).await;
+        let outcome = run_one(&cluster, &operator, &quotas, row, &foos, args.timeout).await;
         let down = cluster.down().context("stopping the benchmark cluster");
         let (record, version) = outcome?;
         down?;
@@ -285,6 +295,7 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
         results.runs.push(record);
         save(&out, &results)?;
     }
+    remove_kept(&kept)?;
     write_report(&out, &results)?;
     println!(
         "== wrote {} and the Sharded replicas section of RESULTS.md",
@@ -313,11 +324,26 @@ fn resumable(meta: &Meta, machine: &str, cpu_per_replica: f64, memory_mib_per_re
 }
 
 /// One run on a cluster started for it; the cluster is the caller's to stop.
+/// Where the etcd data holding each size's Foos is kept while the command runs, from the
+/// repository root (one folder per size).
+const KEPT_FOOS: &str = ".cluster-bench-foos";
+
+/// The namespace of the Foos.
+const NAMESPACE: &str = "bench-sharded";
+
+fn remove_kept(kept: &Path) -> Result<()> {
+    if kept.exists() {
+        std::fs::remove_dir_all(kept).with_context(|| format!("removing {}", kept.display()))?;
+    }
+    Ok(())
+}
+
 async fn run_one(
     cluster: &LocalCluster,
     operator: &Path,
     quotas: &Quotas,
     row: &Row,
+    foos: &Path,
     timeout: Duration,
 ) -> Result<(RunRecord, String)> {
     let apiserver::Backlog {
@@ -327,9 +353,10 @@ async fn run_one(
         tracker,
     } = apiserver::backlog(
         cluster,
-        "bench-sharded",
+        NAMESPACE,
         row.n,
         row.setup == Setup::ClientFiltering,
+        Some(foos),
     )
     .await?;
 

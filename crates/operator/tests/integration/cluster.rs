@@ -179,3 +179,71 @@ async fn etcd_answers_only_clients_with_a_certificate_of_its_own_ca() {
         assert!(!log.contains("PRIVATE KEY"), "{}", component.log.display());
     }
 }
+
+/// The sharded benchmark creates each size's Foos once and starts every run from them: a
+/// cluster started from the etcd data another one kept holds what that one held, and what a
+/// run adds stays out of the kept data, so the next run starts from the same objects.
+#[tokio::test]
+async fn a_cluster_started_from_kept_etcd_data_holds_what_the_first_one_held() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Api;
+    use local_cluster::{LocalCluster, UpOptions};
+
+    if testing::uses_existing_cluster() {
+        testing::skipped(
+            "cluster::a_cluster_started_from_kept_etcd_data_holds_what_the_first_one_held",
+            "it starts an etcd and an apiserver of its own on this machine, which a run against an existing cluster does not",
+        );
+        return;
+    }
+    /// Stops the test's cluster and removes its folder however the test ends.
+    struct Own(LocalCluster, std::path::PathBuf);
+    impl Drop for Own {
+        fn drop(&mut self) {
+            let _ = self.0.down();
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("sample-operator-kept-etcd-{}", std::process::id()));
+    let own = Own(LocalCluster::new(dir.join("cluster")), dir.clone());
+    let cluster = &own.0;
+    let kept = dir.join("kept-etcd");
+    let options = UpOptions {
+        apiserver_only: true,
+        ..UpOptions::default()
+    };
+    let config_map = |name: &str| -> ConfigMap {
+        serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "made": "before" } })).unwrap()
+    };
+
+    cluster.up_with(options).await.unwrap();
+    let config_maps = Api::<ConfigMap>::namespaced(cluster.client().await.unwrap(), "default");
+    config_maps
+        .create(&PostParams::default(), &config_map("kept"))
+        .await
+        .unwrap();
+    cluster.down_keeping_etcd(&kept).unwrap();
+    assert!(!cluster.dir().exists(), "the cluster's folder is removed");
+
+    for run in 0..2 {
+        cluster
+            .up_with(UpOptions {
+                etcd_data: Some(&kept),
+                ..options
+            })
+            .await
+            .unwrap();
+        let config_maps = Api::<ConfigMap>::namespaced(cluster.client().await.unwrap(), "default");
+        let held = config_maps.get("kept").await.unwrap();
+        assert_eq!(held.data.unwrap()["made"], "before", "run {run}");
+        assert!(
+            config_maps.get_opt("added").await.unwrap().is_none(),
+            "run {run} found what the run before it added"
+        );
+        config_maps
+            .create(&PostParams::default(), &config_map("added"))
+            .await
+            .unwrap();
+        cluster.down().unwrap();
+    }
+}

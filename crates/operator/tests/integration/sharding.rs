@@ -838,7 +838,7 @@ struct ApiserverOfItsOwn {
 
 impl ApiserverOfItsOwn {
     /// `None` (the test skipped, and said why) against an existing cluster.
-    async fn start(name: &str, options: local_cluster::UpOptions) -> Option<Self> {
+    async fn start(name: &str, options: local_cluster::UpOptions<'_>) -> Option<Self> {
         if testing::uses_existing_cluster() {
             testing::skipped(
                 name,
