@@ -186,6 +186,10 @@ pub struct Meta {
     pub commits: Vec<String>,
     pub cpu_per_replica: f64,
     pub memory_mib_per_replica: u64,
+    /// Whether each size's Foos were created once and every run started from a copy of the
+    /// etcd data holding them (from 2026-11-30 on); before, every run created its own.
+    #[serde(default)]
+    pub kept_foos: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -251,6 +255,7 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
     let machine = super::machine();
     if results.runs.is_empty() {
         results.meta.date = now();
+        results.meta.kept_foos = true;
     } else {
         resumable(
             &results.meta,
@@ -320,10 +325,15 @@ fn resumable(meta: &Meta, machine: &str, cpu_per_replica: f64, memory_mib_per_re
             meta.memory_mib_per_replica
         );
     }
+    if !meta.kept_foos {
+        bail!(
+            "cannot resume: each of its runs created its own Foos, and runs now start from Foos \
+             created once; start another --out"
+        );
+    }
     Ok(())
 }
 
-/// One run on a cluster started for it; the cluster is the caller's to stop.
 /// Where the etcd data holding each size's Foos is kept while the command runs, from the
 /// repository root (one folder per size).
 const KEPT_FOOS: &str = ".cluster-bench-foos";
@@ -338,6 +348,8 @@ fn remove_kept(kept: &Path) -> Result<()> {
     Ok(())
 }
 
+/// One run on a cluster started for it from the etcd data holding its Foos (`foos`); the
+/// cluster is the caller's to stop.
 async fn run_one(
     cluster: &LocalCluster,
     operator: &Path,
@@ -726,9 +738,8 @@ pub fn markdown(results: &ShardedResults) -> String {
         "{SECTION_HEADING}\n\n\
          Our Foo controller as N replicas with `--sharding` (`cargo xtask bench-sharded`), measured \
          from {}{} on {}, Kubernetes {}, operator at {}. Each sharded replica runs in cgroups of its own with a \
-         CPU quota of {} cores and a memory cap of {} MiB, standing for a machine of its own; every \
-         run starts on a fresh etcd and kube-apiserver, creates the Foos, then starts all its \
-         replicas at once. \"Filtered by the apiserver\" runs with `ShardedListAndWatch` on (each \
+         CPU quota of {} cores and a memory cap of {} MiB, standing for a machine of its own; {}, \
+         then starts all its replicas at once. \"Filtered by the apiserver\" runs with `ShardedListAndWatch` on (each \
          replica is sent its own Foos), \"filtered by each replica\" with it off (each is sent every \
          Foo and drops the others'). The unsharded row is one replica without `--sharding` and \
          without a quota: the operator as it runs today, the reference the sharded rows are held \
@@ -747,6 +758,12 @@ pub fn markdown(results: &ShardedResults) -> String {
         meta.commits.join(", "),
         meta.cpu_per_replica,
         meta.memory_mib_per_replica,
+        if meta.kept_foos {
+            "each size's Foos are created once, and every run starts a fresh etcd on a copy of \
+             the data holding them and a fresh kube-apiserver"
+        } else {
+            "every run starts on a fresh etcd and kube-apiserver, creates the Foos"
+        },
     );
     let ns = sizes(results);
     for n in ns {
@@ -1011,11 +1028,12 @@ mod tests {
     }
 
     #[test]
-    fn a_benchmark_resumes_only_on_the_same_machine_with_the_same_quota() {
+    fn a_benchmark_resumes_only_on_the_same_machine_with_the_same_quota_and_method() {
         let meta = Meta {
             machine: "2 × Intel(R) Xeon(R) Processor".into(),
             cpu_per_replica: 0.5,
             memory_mib_per_replica: 2048,
+            kept_foos: true,
             ..Meta::default()
         };
         assert!(resumable(&meta, "2 × Intel(R) Xeon(R) Processor", 0.5, 2048).is_ok());
@@ -1024,6 +1042,15 @@ mod tests {
             .to_string();
         assert!(other.contains("were made on 2 × Intel"), "{other}");
         assert!(resumable(&meta, "2 × Intel(R) Xeon(R) Processor", 1.0, 2048).is_err());
+        // Nor runs that each created their Foos, as every run did before 2026-11-30.
+        let created = Meta {
+            kept_foos: false,
+            ..meta
+        };
+        let other = resumable(&created, "2 × Intel(R) Xeon(R) Processor", 0.5, 2048)
+            .unwrap_err()
+            .to_string();
+        assert!(other.contains("created its own Foos"), "{other}");
     }
 
     #[test]
@@ -1037,6 +1064,12 @@ mod tests {
             runs: Vec::new(),
         };
         assert!(markdown(&results(&meta)).contains("measured from 2026-11-30 00:00 UTC on"));
+        assert!(
+            markdown(&results(&meta))
+                .contains("every run starts on a fresh etcd and kube-apiserver, creates the Foos, then")
+        );
+        meta.kept_foos = true;
+        assert!(markdown(&results(&meta)).contains("every run starts a fresh etcd on a copy of the data holding them and a fresh kube-apiserver, then"));
         meta.last_run = Some("2026-12-01 02:00 UTC".into());
         assert!(
             markdown(&results(&meta))
