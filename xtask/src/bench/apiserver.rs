@@ -82,9 +82,8 @@ pub async fn backlog(
 }
 
 /// Creates `n` Foos in `namespace` on a fresh cluster and stops it, keeping its etcd data as
-/// `to`, for [`backlog`] to start runs from: at 100,000 Foos the creates take about 6 of a
-/// run's 11 minutes on the benchmark's machine (2026-11-30), and every run then starts from the
-/// same objects.
+/// `to`, for [`backlog`] to start runs from: at 100,000 Foos the creates take 6 to 8 minutes on
+/// the benchmark's machine (2026-11-30), and every run then starts from the same objects.
 pub async fn keep_foos(cluster: &LocalCluster, namespace: &str, n: usize, to: &Path) -> Result<()> {
     let Backlog { tracker, .. } = backlog(cluster, namespace, n, false, None).await?;
     drop(tracker);
