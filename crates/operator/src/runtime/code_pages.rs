@@ -36,7 +36,7 @@ pub fn release_once() {
 
 /// Drops this process's mappings of its own executable's unmodified pages; returns how many
 /// bytes were resident in them.
-pub fn release() -> Result<u64, std::io::Error> {
+fn release() -> Result<u64, std::io::Error> {
     let me = Process::myself().map_err(std::io::Error::other)?;
     let exe = me.exe().map_err(std::io::Error::other)?;
     let inode = std::fs::metadata("/proc/self/exe")?.ino();
