@@ -12,12 +12,26 @@
 //! pages are exactly the file's: mappings that are not writable and hold no page of their own,
 //! resident or swapped out (`Anonymous: 0` and `Swap: 0` in smaps). The relocated read-only
 //! data (RELRO) holds such pages and is left alone; so is every other file.
+//!
+//! Unmapping alone does not last: converging runs code all over the binary again, and each
+//! fault maps every page of its 64 KiB window that is in the page cache, which after start-up
+//! is nearly the whole file. So the pages of the executable that no process maps any more are
+//! also dropped from the page cache (`POSIX_FADV_DONTNEED`, which leaves mapped pages alone,
+//! another process's included); what is needed again is read from the file. From then on the
+//! cache holds the pages some process ran since and what the kernel read ahead of them, and a
+//! fault maps only those around it. The mappings are also marked `MADV_RANDOM`, so that a fault
+//! reads only the page it needs: kernels since "mm/filemap: allow arch to request folio size for
+//! exec memory" (2025) ignore that in code and read ahead of the fault (as far as the disk's
+//! `read_ahead_kb`), but not in the read-only data.
+//!
+//! What each step saves is measured in docs/benchmark.md#what-every-replica-pays.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::Once;
 
+use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
 use nix::sys::mman::{MmapAdvise, madvise};
 use procfs::process::{MMPermissions, MMapPath, MemoryMap, Process};
 
@@ -34,8 +48,9 @@ pub fn release_once() {
     });
 }
 
-/// Drops this process's mappings of its own executable's unmodified pages; returns how many
-/// bytes were resident in them.
+/// Drops this process's mappings of its own executable's unmodified pages, and the executable's
+/// pages that no process maps from the page cache; returns how many bytes were resident in the
+/// mappings.
 fn release() -> Result<u64, std::io::Error> {
     let me = Process::myself().map_err(std::io::Error::other)?;
     let exe = me.exe().map_err(std::io::Error::other)?;
@@ -52,8 +67,16 @@ fn release() -> Result<u64, std::io::Error> {
         // no Rust object lives in it.
         unsafe { madvise(address, (end - start) as usize, MmapAdvise::MADV_DONTNEED) }
             .map_err(std::io::Error::from)?;
+        // SAFETY: as above; this advice only changes how much a fault reads from the file.
+        unsafe { madvise(address, (end - start) as usize, MmapAdvise::MADV_RANDOM) }
+            .map_err(std::io::Error::from)?;
         released += resident(&map);
     }
+    // The same file as the mappings: /proc/self/exe opens the executable even if its path has
+    // been replaced since. Only clean pages that nothing maps are dropped; what a process needs
+    // later is read again from the file.
+    let file = std::fs::File::open("/proc/self/exe")?;
+    posix_fadvise(&file, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED).map_err(std::io::Error::from)?;
     Ok(released)
 }
 
@@ -196,5 +219,53 @@ Swap:                  0 kB
             "the code stayed mapped: {before} bytes before, {after} after"
         );
         // And the process runs on, its code mapped again as it goes: the test returns.
+    }
+
+    /// The executable's pages that no process maps leave the page cache, so that a fault
+    /// later maps only what some process ran since.
+    #[test]
+    fn pages_of_the_executable_that_nothing_maps_leave_the_page_cache() {
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        // A binary the linker has just written may not be on disk yet, and dirty pages stay in
+        // the cache: write them out first, as they are for any installed binary.
+        file.sync_data().unwrap();
+        // All of it in the cache first, as after a start-up that read around its faults.
+        std::io::copy(&mut &file, &mut std::io::sink()).unwrap();
+        let before = cached_pages(&file);
+        release().unwrap();
+        let after = cached_pages(&file);
+        // What this process and the other tests of this binary map stays: the code they run,
+        // far less than half of the file (debug line tables and code no test reaches).
+        assert!(
+            after * 2 < before,
+            "the page cache kept the executable: {before} pages before, {after} after"
+        );
+    }
+
+    /// How many of `file`'s pages are in the page cache (mincore(2) on a mapping that touches
+    /// none of them; as root or the file's owner, which the tests run as).
+    fn cached_pages(file: &std::fs::File) -> usize {
+        use std::os::fd::AsRawFd;
+        let len = file.metadata().unwrap().len() as usize;
+        let page = procfs::page_size() as usize;
+        let mut resident = vec![0u8; len.div_ceil(page)];
+        // SAFETY: a fresh read-only mapping of the whole file, only passed to mincore and
+        // unmapped here; nothing reads through it.
+        unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+            let status = libc::mincore(map, len, resident.as_mut_ptr());
+            let error = std::io::Error::last_os_error();
+            libc::munmap(map, len);
+            assert_eq!(status, 0, "mincore: {error}");
+        }
+        resident.iter().filter(|page| *page & 1 == 1).count()
     }
 }
