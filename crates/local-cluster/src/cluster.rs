@@ -105,6 +105,10 @@ pub struct UpOptions<'a> {
     /// instead of an empty one: what it holds is in the cluster from the start, as after a
     /// restart. A benchmark creates its objects once and starts every run from them.
     pub etcd_data: Option<&'a Path>,
+    /// Serve the apiserver's `/debug/pprof` (off otherwise, as recommended for production): the
+    /// benchmark's profile reads the apiserver's own CPU profile there, since the binary built
+    /// here has no symbol table for perf.
+    pub profiling: bool,
 }
 
 impl UpOptions<'_> {
@@ -125,6 +129,7 @@ impl UpOptions<'_> {
             && state.etcd.as_ref().is_some_and(Etcd::has_own_ca)
             && has_controller_manager != self.apiserver_only
             && sharded_lists != self.without_sharded_lists
+            && !self.profiling
     }
 }
 
@@ -625,6 +630,7 @@ fn apiserver_args(pki: &Pki, dir: &Path, etcd_port: u16, port: u16, options: &Up
     if !options.without_sharded_lists {
         args.push(SHARDED_LISTS_GATE.into());
     }
+    args.push(format!("--profiling={}", options.profiling));
     args
 }
 
@@ -686,7 +692,6 @@ fn apiserver_base_args(
         "--allow-privileged=true".into(),
         // Loopback addresses are not valid endpoints, so the `kubernetes` Service gets none.
         "--endpoint-reconciler-type=none".into(),
-        "--profiling=false".into(),
         "--v=1".into(),
     ]
 }
@@ -867,6 +872,30 @@ mod tests {
         );
         assert!(apiserver.contains(&"--max-requests-inflight=800".to_owned()));
         assert!(apiserver.contains(&"--max-mutating-requests-inflight=400".to_owned()));
+    }
+
+    #[test]
+    fn the_apiserver_serves_its_profiles_only_when_asked() {
+        let pki = Pki {
+            dir: "/tmp/pki".into(),
+        };
+        let profiling = |on| {
+            apiserver_args(
+                &pki,
+                Path::new("/tmp"),
+                1,
+                2,
+                &UpOptions {
+                    profiling: on,
+                    ..Default::default()
+                },
+            )
+            .into_iter()
+            .filter(|a| a.starts_with("--profiling"))
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(profiling(false), ["--profiling=false"]);
+        assert_eq!(profiling(true), ["--profiling=true"]);
     }
 
     #[test]

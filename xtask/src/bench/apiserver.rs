@@ -19,10 +19,11 @@ use super::proc_stats;
 use super::tracker::Tracker;
 use serde_json::json;
 
-/// A run's starting point on a cluster started for it: a fresh etcd and kube-apiserver (with
-/// `ShardedListAndWatch` unless `without_sharded_lists`), the CRDs, `n` Foos in `namespace`
-/// with a [`Tracker`] following them, and the apiserver quiet again after their creates (or,
-/// started from [`keep_foos`]' data, after its start).
+/// A run's starting point on a cluster started for it: a fresh etcd and kube-apiserver (only
+/// they, sized for the benchmark, with the other [`UpOptions`] as given: `ShardedListAndWatch`
+/// unless `without_sharded_lists`), the CRDs, `n` Foos in `namespace` with a [`Tracker`]
+/// following them, and the apiserver quiet again after their creates (or, started from
+/// [`keep_foos`]' data in `etcd_data`, after its start).
 pub struct Backlog {
     pub state: State,
     pub apiserver_pid: i32,
@@ -34,16 +35,14 @@ pub async fn backlog(
     cluster: &LocalCluster,
     namespace: &str,
     n: usize,
-    without_sharded_lists: bool,
-    kept: Option<&Path>,
+    options: UpOptions<'_>,
 ) -> Result<Backlog> {
+    let kept = options.etcd_data;
     let state = cluster
         .up_with(UpOptions {
             apiserver_only: true,
             large: true,
-            without_sharded_lists,
-            etcd_data: kept,
-            ..UpOptions::default()
+            ..options
         })
         .await?;
     let kubectl = toolchain::ensure()?.kubectl;
@@ -85,7 +84,7 @@ pub async fn backlog(
 /// `to`, for [`backlog`] to start runs from: at 100,000 Foos the creates take 6 to 8 minutes on
 /// the benchmark's machine (2026-11-30), and every run then starts from the same objects.
 pub async fn keep_foos(cluster: &LocalCluster, namespace: &str, n: usize, to: &Path) -> Result<()> {
-    let Backlog { tracker, .. } = backlog(cluster, namespace, n, false, None).await?;
+    let Backlog { tracker, .. } = backlog(cluster, namespace, n, UpOptions::default()).await?;
     drop(tracker);
     cluster
         .down_keeping_etcd(to)

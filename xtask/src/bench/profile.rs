@@ -3,13 +3,15 @@
 //!
 //! One run, as the main benchmark's backlog scenario runs ours: a fresh etcd and kube-apiserver
 //! (`.cluster-bench/`, no controller-manager), the Foos created first, then the release build
-//! started by `perf record` with the benchmark's options, and a second `perf record` attached to
-//! the apiserver. Both sample on the `cpu-clock` software event (this machine's virtual CPUs count no cycles) from the
-//! operator's start until it has gone quiet after convergence, Events written. The samples are
-//! flat (the release build has no frame pointers, and DWARF unwinding of every sample would
-//! cost more than it measures), so each is put in an area by the crate or Go package of its
-//! function ([`rust_area`], [`go_area`]); the apiserver's `apiserver_request_total` gives the
-//! requests behind its share.
+//! started by `perf record` with the benchmark's options, sampling on the `cpu-clock` software
+//! event (this machine's virtual CPUs count no cycles). The apiserver built here has no symbol
+//! table for perf, so its own CPU profile is read instead (`/debug/pprof/profile`, Go's 100
+//! samples a second of CPU, in windows of [`PPROF_WINDOW`]), and `go tool pprof` names the
+//! functions. Both cover the operator's start until it has gone quiet after convergence, Events
+//! written. Only the function a sample was taken in counts (the release build has no frame
+//! pointers, and DWARF unwinding of every sample would cost more than it measures), and each is
+//! put in an area by the crate or Go package of its function ([`rust_area`], [`go_area`]); the
+//! apiserver's `apiserver_request_total` gives the requests behind its share.
 //!
 //! Results go to `profile.json` and `PROFILE.md` in `--out`.
 
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use local_cluster::process::free_port;
-use local_cluster::{Component, LocalCluster, paths};
+use local_cluster::{Component, LocalCluster, UpOptions, paths};
 use serde::{Deserialize, Serialize};
 
 use super::apiserver::{self, RequestCounts};
@@ -105,16 +107,14 @@ pub async fn run(args: ProfileArgs) -> Result<()> {
     let work = tempdir()?;
     let outcome = profile_run(&cluster, &operator, &perf, &args, &work).await;
     let down = cluster.down().context("stopping the benchmark cluster");
-    let mut profile = outcome?;
+    let (mut profile, apiserver_profiles) = outcome?;
     down?;
     println!("== reading the samples");
     // On failure the samples stay in the temporary folder, to be read by hand.
     profile
         .operator
         .fill(&perf, &work.join("operator.data"), rust_area)?;
-    profile
-        .apiserver
-        .fill(&perf, &work.join("apiserver.data"), go_area)?;
+    profile.apiserver.fill_from_pprof(&apiserver_profiles)?;
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&out)?;
     std::fs::write(
@@ -150,14 +150,23 @@ async fn profile_run(
     perf: &Path,
     args: &ProfileArgs,
     work: &Path,
-) -> Result<Profile> {
+) -> Result<(Profile, Vec<PathBuf>)> {
     println!("== a fresh etcd and kube-apiserver, and {} Foos", args.n);
     let apiserver::Backlog {
         state,
         apiserver_pid,
         client,
         tracker,
-    } = apiserver::backlog(cluster, "bench-profile", args.n, false, None).await?;
+    } = apiserver::backlog(
+        cluster,
+        "bench-profile",
+        args.n,
+        UpOptions {
+            profiling: true,
+            ..UpOptions::default()
+        },
+    )
+    .await?;
 
     let before = RequestCounts::scrape(&client).await?;
     let apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds;
@@ -196,9 +205,7 @@ async fn profile_run(
     perf_args.extend(operator_args);
     let perf_operator = Stopped(Component::start("perf-operator", perf, &perf_args, &logs)?);
     let ours = Stopped(child(&perf_operator.0, operator, &logs)?);
-    let mut perf_args = record("apiserver");
-    perf_args.extend(["-p".into(), apiserver_pid.to_string()]);
-    let perf_apiserver = Stopped(Component::start("perf-apiserver", perf, &perf_args, &logs)?);
+    let apiserver_profile = PprofWindows::start(client.clone(), work.to_owned());
 
     let converged = match tracker
         .wait_converged(args.n, start, args.timeout, &[&ours.0])
@@ -224,28 +231,76 @@ async fn profile_run(
     let after = RequestCounts::scrape(&client).await?;
     let operator_cpu = proc_stats::read(ours.0.pid)?.cpu_seconds;
     let apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds - apiserver_cpu;
-    // perf writes its file when the operator exits, or on SIGTERM for the apiserver, which
-    // goes on.
-    drop((ours, perf_operator, perf_apiserver));
-    Ok(Profile {
-        date,
-        machine: super::machine(),
-        commit: super::operator_commit(),
-        kubernetes_version: state.kubernetes_version.clone(),
-        n: args.n,
-        frequency: args.frequency,
-        converged_seconds: converged.as_secs_f64(),
-        quiet_seconds: quiet.as_secs_f64(),
-        operator: Process {
-            cpu_seconds: operator_cpu,
-            ..Process::default()
+    // perf writes its file when the operator exits.
+    drop((ours, perf_operator));
+    let apiserver_profiles = apiserver_profile.finish().await?;
+    Ok((
+        Profile {
+            date,
+            machine: super::machine(),
+            commit: super::operator_commit(),
+            kubernetes_version: state.kubernetes_version.clone(),
+            n: args.n,
+            frequency: args.frequency,
+            converged_seconds: converged.as_secs_f64(),
+            quiet_seconds: quiet.as_secs_f64(),
+            operator: Process {
+                cpu_seconds: operator_cpu,
+                ..Process::default()
+            },
+            apiserver: Process {
+                cpu_seconds: apiserver_cpu,
+                ..Process::default()
+            },
+            requests: after.since(&before),
         },
-        apiserver: Process {
-            cpu_seconds: apiserver_cpu,
-            ..Process::default()
-        },
-        requests: after.since(&before),
-    })
+        apiserver_profiles,
+    ))
+}
+
+/// How long each of the apiserver's CPU profiles lasts: the last one ends at most this long
+/// after the operator went quiet.
+const PPROF_WINDOW: Duration = Duration::from_secs(10);
+
+/// The apiserver's CPU profiles, one window after another, each written to a file as it ends.
+struct PprofWindows {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<Result<Vec<PathBuf>>>,
+}
+
+impl PprofWindows {
+    fn start(client: kube::Client, work: PathBuf) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut files = Vec::new();
+            while !stopped.load(Ordering::Relaxed) {
+                let path = format!("/debug/pprof/profile?seconds={}", PPROF_WINDOW.as_secs());
+                let request = http::Request::get(&path).body(Vec::new().into())?;
+                let response = client
+                    .send(request)
+                    .await
+                    .context("asking for the apiserver's profile")?;
+                let status = response.status();
+                let body = response.into_body().collect_bytes().await?;
+                if !status.is_success() {
+                    bail!("GET {path}: {status}: {}", String::from_utf8_lossy(&body));
+                }
+                let file = work.join(format!("apiserver-{}.pb.gz", files.len()));
+                std::fs::write(&file, &body).with_context(|| format!("writing {}", file.display()))?;
+                files.push(file);
+            }
+            Ok(files)
+        });
+        Self { stop, task }
+    }
+
+    /// Ends the profiles with the window under way, and returns their files.
+    async fn finish(self) -> Result<Vec<PathBuf>> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.context("the apiserver's profiles")?
+    }
 }
 
 /// The operator that `perf` started, once it runs.
@@ -302,15 +357,82 @@ impl Process {
             );
         }
         let (areas, functions) = count(&String::from_utf8_lossy(&output.stdout), area);
+        self.set(areas, functions)
+            .with_context(|| format!("perf recorded no sample in {}", data.display()))
+    }
+
+    /// Counts the samples of Go CPU profiles (`/debug/pprof/profile`) by area and by function,
+    /// with `go tool pprof`, which merges them.
+    fn fill_from_pprof(&mut self, profiles: &[PathBuf]) -> Result<()> {
+        let output = Command::new("go")
+            // Every function: by default pprof leaves out those under 0.5% of the samples,
+            // which were 42% of them all in a run of 5,000 Foos.
+            .args([
+                "tool",
+                "pprof",
+                "-top",
+                "-nodecount=1000000",
+                "-nodefraction=0",
+                "-sample_index=samples",
+            ])
+            .args(profiles)
+            .output()
+            .context("running go tool pprof (Go is on PATH where the toolchain builds)")?;
+        if !output.status.success() {
+            bail!(
+                "go tool pprof failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let (areas, functions, total) = count_pprof(&String::from_utf8_lossy(&output.stdout));
+        let counted: u64 = areas.values().sum();
+        if counted * 100 < total * 99 {
+            bail!("go tool pprof showed {counted} of the profiles' {total} samples");
+        }
+        self.set(areas, functions)
+            .with_context(|| format!("no sample in the apiserver's {} profiles", profiles.len()))
+    }
+
+    fn set(&mut self, areas: BTreeMap<String, u64>, functions: BTreeMap<String, u64>) -> Result<()> {
         self.samples = areas.values().sum();
         if self.samples == 0 {
-            bail!("perf recorded no sample in {}", data.display());
+            bail!("no sample");
         }
         self.areas = most_first(areas);
         self.functions = most_first(functions);
         self.functions.truncate(TOP_FUNCTIONS);
         Ok(())
     }
+}
+
+/// Samples by area and by function, and the profiles' total, from `go tool pprof -top
+/// -sample_index=samples`: a header with `Total samples = N`, then lines of `flat flat% sum%
+/// cum cum% function`, where `flat` counts the samples taken in the function itself.
+fn count_pprof(top: &str) -> (BTreeMap<String, u64>, BTreeMap<String, u64>, u64) {
+    let mut areas = BTreeMap::new();
+    let mut functions = BTreeMap::new();
+    let total = top
+        .lines()
+        .find_map(|line| line.split_once("Total samples = "))
+        .and_then(|(_, n)| n.trim().parse().ok())
+        .unwrap_or(0);
+    let rows = top
+        .lines()
+        .skip_while(|line| !line.trim_start().starts_with("flat"))
+        .skip(1);
+    for line in rows {
+        let mut fields = line.split_whitespace();
+        let Some(Ok(flat)) = fields.next().map(str::parse::<u64>) else {
+            continue;
+        };
+        let function = fields.skip(4).collect::<Vec<_>>().join(" ");
+        if flat == 0 || function.is_empty() {
+            continue;
+        }
+        *areas.entry(go_area(&function, "").to_owned()).or_insert(0) += flat;
+        *functions.entry(function).or_insert(0) += flat;
+    }
+    (areas, functions, total)
 }
 
 /// Samples by area and by function, from `perf script -F ip,sym,dso` lines
@@ -476,7 +598,9 @@ pub fn rust_area(function: &str, dso: &str) -> &'static str {
 /// The apiserver's areas, by the Go package of each sampled function. The first match wins, so
 /// the narrower packages come before the wider ones.
 pub fn go_area(function: &str, dso: &str) -> &'static str {
-    if kernel(dso) {
+    // Go's own profile counts the kernel's time in a system call to the function that made it.
+    const SYSTEM_CALLS: [&str; 3] = ["syscall.", "internal/runtime/syscall", "internal/syscall"];
+    if kernel(dso) || SYSTEM_CALLS.iter().any(|p| function.starts_with(p)) {
         return "kernel (system calls, loopback TCP, page faults)";
     }
     const AREAS: &[(&str, &[&str])] = &[
@@ -541,6 +665,17 @@ pub fn go_area(function: &str, dso: &str) -> &'static str {
                 "net.",
                 "internal/poll",
                 "bufio.",
+                // The P-256 arithmetic of TLS handshakes, in assembly without a package name.
+                "p256",
+            ],
+        ),
+        (
+            "metrics and tracing",
+            &[
+                "github.com/prometheus",
+                "k8s.io/component-base/metrics",
+                "k8s.io/component-base/tracing",
+                "go.opentelemetry.io",
             ],
         ),
         (
@@ -562,6 +697,17 @@ pub fn go_area(function: &str, dso: &str) -> &'static str {
                 "sync.",
                 "sync/atomic",
                 "internal/sync",
+                "internal/abi",
+                "internal/bytealg",
+                "internal/stringslite",
+                "context.",
+                "time.",
+                // The runtime's assembly: map hashing, comparisons, the write barrier.
+                "aeshashbody",
+                "memeqbody",
+                "indexbytebody",
+                "cmpbody",
+                "gcWriteBarrier",
             ],
         ),
     ];
@@ -594,9 +740,15 @@ pub fn markdown(p: &Profile) -> String {
     md.push_str(&format!(
         "{} Foos created before the operator started (the backlog scenario); converged {:.1} s \
          after its start, quiet (its Events written) after {:.1} s. `perf record -e cpu-clock \
-         -F {}` sampled the operator and the apiserver over that time; a function's share is \
-         its own samples, not its callees'.\n\n",
-        p.n, p.converged_seconds, p.quiet_seconds, p.frequency
+         -F {}` sampled the operator over that time, and the apiserver's own CPU profile \
+         (`/debug/pprof/profile`, 100 samples a second of CPU, read by `go tool pprof`) the \
+         apiserver, in windows of {} s from the operator's start until the one under way when \
+         it went quiet; a function's share is its own samples, not its callees'.\n\n",
+        p.n,
+        p.converged_seconds,
+        p.quiet_seconds,
+        p.frequency,
+        PPROF_WINDOW.as_secs()
     ));
     md.push_str("| process | CPU | CPU per Foo | samples |\n|---|--:|--:|--:|\n");
     for (name, process) in [("sample-operator", &p.operator), ("kube-apiserver", &p.apiserver)] {
@@ -741,6 +893,18 @@ mod tests {
             go_area("github.com/google/cel-go/interpreter.(*evalAnd).Eval", dso),
             "CEL and schema validation"
         );
+        assert_eq!(go_area("p256MulInternal", ""), "TLS and HTTP");
+        assert_eq!(
+            go_area(
+                "github.com/prometheus/client_golang/prometheus.(*histogram).findBucket",
+                ""
+            ),
+            "metrics and tracing"
+        );
+        assert_eq!(
+            go_area("aeshashbody", ""),
+            "Go runtime (garbage collector, allocation, scheduler)"
+        );
         assert_eq!(go_area("main.main", dso), "other");
     }
 
@@ -756,6 +920,31 @@ mod tests {
         assert_eq!(areas["JSON decoding and encoding (serde_json, k8s-openapi)"], 2);
         assert_eq!(areas["kernel (system calls, loopback TCP, page faults)"], 1);
         assert_eq!(areas.values().sum::<u64>(), 4);
+    }
+
+    /// `go tool pprof -top -sample_index=samples` of a Go program, shortened, with a function
+    /// of no samples of its own and a system call.
+    #[test]
+    fn go_profiles_are_counted_by_their_own_samples_per_function_and_by_area() {
+        let top = "File: kube-apiserver\n\
+                   Type: samples\n\
+                   Duration: 10.01s, Total samples = 94 \n\
+                   Showing nodes accounting for 94, 100% of 94 total\n\
+                   \x20     flat  flat%   sum%        cum   cum%\n\
+                   \x20       18 19.15% 19.15%         68 72.34%  encoding/json.(*decodeState).object\n\
+                   \x20       18 19.15% 38.30%         18 19.15%  crypto/internal/fips140/aes/gcm.gcmAesEnc\n\
+                   \x20        8  8.51% 46.81%          8  8.51%  runtime.memmove\n\
+                   \x20        6  6.38% 53.19%          6  6.38%  internal/runtime/syscall.Syscall6\n\
+                   \x20        0     0%   100%          1  2.13%  runtime.systemstack\n";
+        let (areas, functions, total) = count_pprof(top);
+        assert_eq!(total, 94);
+        assert_eq!(functions["encoding/json.(*decodeState).object"], 18);
+        assert!(!functions.contains_key("runtime.systemstack"));
+        assert_eq!(areas["JSON and protobuf encoding"], 18);
+        assert_eq!(areas["TLS and HTTP"], 18);
+        assert_eq!(areas["Go runtime (garbage collector, allocation, scheduler)"], 8);
+        assert_eq!(areas["kernel (system calls, loopback TCP, page faults)"], 6);
+        assert_eq!(areas.values().sum::<u64>(), 50);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use local_cluster::process::free_port;
-use local_cluster::{Component, LocalCluster, paths};
+use local_cluster::{Component, LocalCluster, UpOptions, paths};
 use serde::{Deserialize, Serialize};
 
 use super::model::Spread;
@@ -367,8 +367,11 @@ async fn run_one(
         cluster,
         NAMESPACE,
         row.n,
-        row.setup == Setup::ClientFiltering,
-        Some(foos),
+        UpOptions {
+            without_sharded_lists: row.setup == Setup::ClientFiltering,
+            etcd_data: Some(foos),
+            ..UpOptions::default()
+        },
     )
     .await?;
 
