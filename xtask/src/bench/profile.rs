@@ -35,7 +35,7 @@ pub struct ProfileArgs {
     /// Foos in the backlog.
     #[arg(long, default_value_t = 100_000)]
     pub n: usize,
-    /// Samples a second of each process's CPU time.
+    /// Samples a second of the operator's CPU time (the apiserver's own profile takes Go's 100).
     #[arg(long, default_value_t = 499)]
     pub frequency: u32,
     /// The run fails if the Foos have not converged after this long.
