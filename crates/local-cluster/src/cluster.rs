@@ -125,11 +125,16 @@ impl UpOptions<'_> {
             .iter()
             .filter(|c| c.name == "kube-apiserver")
             .any(|c| c.args.iter().any(|a| a == SHARDED_LISTS_GATE));
+        let profiling = state
+            .components
+            .iter()
+            .filter(|c| c.name == "kube-apiserver")
+            .any(|c| c.args.iter().any(|a| a == "--profiling=true"));
         self.etcd_data.is_none()
             && state.etcd.as_ref().is_some_and(Etcd::has_own_ca)
             && has_controller_manager != self.apiserver_only
             && sharded_lists != self.without_sharded_lists
-            && !self.profiling
+            && profiling == self.profiling
     }
 }
 
@@ -1003,5 +1008,15 @@ mod tests {
         gate_off.components[1].args.clear();
         assert!(without.started(&gate_off));
         assert!(!UpOptions::default().started(&gate_off));
+        // Nor one that serves its profiles, or does not, against what is asked.
+        let profiling = UpOptions {
+            profiling: true,
+            ..UpOptions::default()
+        };
+        assert!(!profiling.started(&full));
+        let mut profiled = full.clone();
+        profiled.components[1].args.push("--profiling=true".into());
+        assert!(profiling.started(&profiled));
+        assert!(!UpOptions::default().started(&profiled));
     }
 }

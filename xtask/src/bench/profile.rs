@@ -185,21 +185,18 @@ async fn profile_run(
     println!("== converging them with perf recording");
     let date = super::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
     let start = Instant::now();
-    let record = |name: &str| {
-        vec![
-            "record".to_owned(),
-            "--quiet".into(),
-            "-e".into(),
-            "cpu-clock".into(),
-            "-F".into(),
-            args.frequency.to_string(),
-            "-o".into(),
-            work.join(format!("{name}.data")).display().to_string(),
-        ]
-    };
     // The operator runs under perf: attached to a process that has only begun, perf missed
     // the threads it went on to start.
-    let mut perf_args = record("operator");
+    let mut perf_args = vec![
+        "record".to_owned(),
+        "--quiet".into(),
+        "-e".into(),
+        "cpu-clock".into(),
+        "-F".into(),
+        args.frequency.to_string(),
+        "-o".into(),
+        work.join("operator.data").display().to_string(),
+    ];
     perf_args.push("--".into());
     perf_args.push(operator.display().to_string());
     perf_args.extend(operator_args);
@@ -429,7 +426,7 @@ fn count_pprof(top: &str) -> (BTreeMap<String, u64>, BTreeMap<String, u64>, u64)
         if flat == 0 || function.is_empty() {
             continue;
         }
-        *areas.entry(go_area(&function, "").to_owned()).or_insert(0) += flat;
+        *areas.entry(go_area(&function).to_owned()).or_insert(0) += flat;
         *functions.entry(function).or_insert(0) += flat;
     }
     (areas, functions, total)
@@ -595,12 +592,12 @@ pub fn rust_area(function: &str, dso: &str) -> &'static str {
     }
 }
 
-/// The apiserver's areas, by the Go package of each sampled function. The first match wins, so
-/// the narrower packages come before the wider ones.
-pub fn go_area(function: &str, dso: &str) -> &'static str {
-    // Go's own profile counts the kernel's time in a system call to the function that made it.
+/// The apiserver's areas, by the Go package of each function its own profile sampled. The first
+/// match wins, so the narrower packages come before the wider ones.
+pub fn go_area(function: &str) -> &'static str {
+    // Go's profile counts the kernel's time in a system call to the function that made it.
     const SYSTEM_CALLS: [&str; 3] = ["syscall.", "internal/runtime/syscall", "internal/syscall"];
-    if kernel(dso) || SYSTEM_CALLS.iter().any(|p| function.starts_with(p)) {
+    if SYSTEM_CALLS.iter().any(|p| function.starts_with(p)) {
         return "kernel (system calls, loopback TCP, page faults)";
     }
     const AREAS: &[(&str, &[&str])] = &[
@@ -716,9 +713,6 @@ pub fn go_area(function: &str, dso: &str) -> &'static str {
             return area;
         }
     }
-    if function.starts_with("[unknown") {
-        return "unresolved";
-    }
     "other"
 }
 
@@ -776,10 +770,10 @@ pub fn markdown(p: &Profile) -> String {
             .find(|(area, _)| area == "unresolved")
             .map_or(0, |(_, samples)| *samples);
         if unresolved * 2 > process.samples {
-            // The toolchain's Kubernetes binaries are linked without their symbol table.
+            // An operator binary given with --operator-binary may be stripped.
             md.push_str(&format!(
-                "{:.0}% of its samples name no function: its binary has no symbol table \
-                 (built with `-ldflags=-s -w`), so only the kernel's part resolves.\n",
+                "{:.0}% of its samples name no function: its binary has no symbol table, so only \
+                 the kernel's part resolves.\n",
                 unresolved as f64 / process.samples as f64 * 100.0
             ));
             continue;
@@ -858,54 +852,41 @@ mod tests {
 
     #[test]
     fn go_functions_go_to_the_narrowest_package_listed() {
-        let dso = "/x/kube-apiserver";
         assert_eq!(
-            go_area(
-                "sigs.k8s.io/structured-merge-diff/v6/typed.(*TypedValue).Merge",
-                dso
-            ),
+            go_area("sigs.k8s.io/structured-merge-diff/v6/typed.(*TypedValue).Merge"),
             "server-side apply (structured-merge-diff, managed fields)"
         );
         // The cacher is storage too, but its own area.
         assert_eq!(
-            go_area(
-                "k8s.io/apiserver/pkg/storage/cacher.(*watchCache).processEvent",
-                dso
-            ),
+            go_area("k8s.io/apiserver/pkg/storage/cacher.(*watchCache).processEvent"),
             "watch cache and watches"
         );
         assert_eq!(
-            go_area(
-                "k8s.io/apiserver/pkg/storage/etcd3.(*store).GuaranteedUpdate",
-                dso
-            ),
+            go_area("k8s.io/apiserver/pkg/storage/etcd3.(*store).GuaranteedUpdate"),
             "etcd client and storage"
         );
         assert_eq!(
-            go_area("runtime.mallocgc", dso),
+            go_area("runtime.mallocgc"),
             "Go runtime (garbage collector, allocation, scheduler)"
         );
         assert_eq!(
-            go_area("crypto/internal/fips140/aes/gcm.gcmAesEnc", dso),
+            go_area("crypto/internal/fips140/aes/gcm.gcmAesEnc"),
             "TLS and HTTP"
         );
         assert_eq!(
-            go_area("github.com/google/cel-go/interpreter.(*evalAnd).Eval", dso),
+            go_area("github.com/google/cel-go/interpreter.(*evalAnd).Eval"),
             "CEL and schema validation"
         );
-        assert_eq!(go_area("p256MulInternal", ""), "TLS and HTTP");
+        assert_eq!(go_area("p256MulInternal"), "TLS and HTTP");
         assert_eq!(
-            go_area(
-                "github.com/prometheus/client_golang/prometheus.(*histogram).findBucket",
-                ""
-            ),
+            go_area("github.com/prometheus/client_golang/prometheus.(*histogram).findBucket"),
             "metrics and tracing"
         );
         assert_eq!(
-            go_area("aeshashbody", ""),
+            go_area("aeshashbody"),
             "Go runtime (garbage collector, allocation, scheduler)"
         );
-        assert_eq!(go_area("main.main", dso), "other");
+        assert_eq!(go_area("main.main"), "other");
     }
 
     #[test]
