@@ -343,6 +343,7 @@ async fn probes_and_metrics_report_what_happens() {
 /// Runs the binary to completion and returns its exit status and stderr.
 /// A controller that dies (a panic injected into this debug build) takes the process with it,
 /// the other controllers too: it exits 1 naming the controller, for Kubernetes to restart it.
+/// Its plain log, written to a file, has no terminal colour codes.
 /// (`runtime::server`'s tests check that /healthz answers 500 meanwhile.)
 #[tokio::test]
 async fn a_dead_controller_ends_the_process_with_exit_code_1() {
@@ -368,6 +369,10 @@ async fn a_dead_controller_ends_the_process_with_exit_code_1() {
     assert!(
         log.contains("a panic injected into controller my-custom-resource"),
         "{log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "plain logs written to a file carry no terminal colour codes:\n{log}"
     );
     let last = log.lines().last().unwrap_or_default();
     assert!(
