@@ -61,6 +61,37 @@ impl Contenders {
         concurrency: usize,
         logs: &Path,
     ) -> Result<(Component, Ready, Option<u16>)> {
+        let invocation = self.invocation(contender, kubeconfig, concurrency)?;
+        let name = format!("{contender:?}").to_lowercase();
+        let from = std::fs::metadata(logs.join(format!("{name}.log"))).map_or(0, |m| m.len());
+        let ready = match contender {
+            Contender::Ours | Contender::OursStreaming | Contender::OursEventsOff => {
+                Ready::Http(invocation.probe_port)
+            }
+            // sample-controller and controller-runtime both log this once WaitForCacheSync has
+            // returned, before their workers start.
+            Contender::SampleController
+            | Contender::SampleControllerTuned
+            | Contender::ControllerRuntime
+            | Contender::ControllerRuntimeTuned => Ready::LogLine {
+                text: "Starting workers",
+                from,
+            },
+            Contender::Ceiling | Contender::CeilingOurs | Contender::CeilingOursStatus => Ready::Immediately,
+        };
+        let metrics = contender.is_ours().then_some(invocation.metrics_port);
+        let component = Component::start(&name, &invocation.binary, &invocation.args, logs)?;
+        Ok((component, ready, metrics))
+    }
+
+    /// The command line that runs `contender` as [`Contenders::start`] does, for a caller that
+    /// starts it under another program (`cargo xtask bench-profile`, under perf).
+    pub fn invocation(
+        &self,
+        contender: Contender,
+        kubeconfig: &Path,
+        concurrency: usize,
+    ) -> Result<Invocation> {
         let kubeconfig = kubeconfig.display().to_string();
         let probe_port = free_port()?;
         let metrics_port = free_port()?;
@@ -132,24 +163,21 @@ impl Contenders {
             Contender::CeilingOursStatus => args.push("-ours-status".into()),
             _ => {}
         }
-        let name = format!("{contender:?}").to_lowercase();
-        let from = std::fs::metadata(logs.join(format!("{name}.log"))).map_or(0, |m| m.len());
-        let ready = match contender {
-            Contender::Ours | Contender::OursStreaming | Contender::OursEventsOff => Ready::Http(probe_port),
-            // sample-controller and controller-runtime both log this once WaitForCacheSync has
-            // returned, before their workers start.
-            Contender::SampleController
-            | Contender::SampleControllerTuned
-            | Contender::ControllerRuntime
-            | Contender::ControllerRuntimeTuned => Ready::LogLine {
-                text: "Starting workers",
-                from,
-            },
-            Contender::Ceiling | Contender::CeilingOurs | Contender::CeilingOursStatus => Ready::Immediately,
-        };
-        let metrics = contender.is_ours().then_some(metrics_port);
-        Ok((Component::start(&name, &binary, &args, logs)?, ready, metrics))
+        Ok(Invocation {
+            binary,
+            args,
+            probe_port,
+            metrics_port,
+        })
     }
+}
+
+/// A contender's command line, and the ports of ours' probes and /metrics in it.
+pub struct Invocation {
+    pub binary: PathBuf,
+    pub args: Vec<String>,
+    pub probe_port: u16,
+    pub metrics_port: u16,
 }
 
 /// The Go module's folder.

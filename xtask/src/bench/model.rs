@@ -17,12 +17,13 @@ pub const OPERATOR_CONCURRENCY: usize = 16;
 pub const RATE_LIMITED_CAP: usize = 1000;
 
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Contender {
     /// Our operator: `sample-operator run --initial-list=list`, release build: paged lists, as
     /// it ran before `auto` (which streams on this apiserver, as the next row) was its default.
+    #[default]
     Ours,
     /// Ours with `--initial-list=stream`: every watch's first list streamed (WatchList).
     OursStreaming,

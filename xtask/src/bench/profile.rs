@@ -1,5 +1,6 @@
-//! `cargo xtask bench-profile`: where the CPU goes while our operator converges a backlog of
-//! Foos, in the operator and in the apiserver, and which requests it made.
+//! `cargo xtask bench-profile`: where the CPU goes while our operator (or, with `--contender`,
+//! another contender of the main benchmark) converges a backlog of Foos, in the operator and in
+//! the apiserver, and which requests it made. Below, "the operator" is whichever was profiled.
 //!
 //! One run, as the main benchmark's backlog scenario runs ours: a fresh etcd and kube-apiserver
 //! (`.cluster-bench/`, no controller-manager), the Foos created first, then the release build
@@ -21,11 +22,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use local_cluster::process::free_port;
+use clap::ValueEnum;
 use local_cluster::{Component, LocalCluster, UpOptions, paths};
 use serde::{Deserialize, Serialize};
 
 use super::apiserver::{self, RequestCounts};
+use super::contender::Contenders;
+use super::model::{self, Contender};
 use super::tracker::Outcome;
 use super::{parse_duration, proc_stats};
 
@@ -35,7 +38,8 @@ pub struct ProfileArgs {
     /// Foos in the backlog.
     #[arg(long, default_value_t = 100_000)]
     pub n: usize,
-    /// Samples a second of the operator's CPU time (the apiserver's own profile takes Go's 100).
+    /// Samples a second of the profiled contender's CPU time (the apiserver's own profile takes
+    /// Go's 100).
     #[arg(long, default_value_t = 499)]
     pub frequency: u32,
     /// The run fails if the Foos have not converged after this long.
@@ -47,6 +51,12 @@ pub struct ProfileArgs {
     /// Profile this sample-operator binary instead of building the release one.
     #[arg(long)]
     pub operator_binary: Option<PathBuf>,
+    /// What converges the backlog: ours (streaming its first lists, as its default `auto` does
+    /// on this apiserver) or any other contender of the main benchmark, for example
+    /// `ceiling-ours`, the plain client making ours' three writes, to tell what of the
+    /// apiserver's time is ours' own doing rather than the work's.
+    #[arg(long, value_enum, default_value = "ours-streaming")]
+    pub contender: Contender,
     /// Only render PROFILE.md again from profile.json.
     #[arg(long)]
     pub report_only: bool,
@@ -59,6 +69,9 @@ pub struct Profile {
     pub machine: String,
     pub commit: String,
     pub kubernetes_version: String,
+    /// What converged the backlog; its process is [`Profile::operator`].
+    #[serde(default = "ours_streaming")]
+    pub contender: Contender,
     pub n: usize,
     pub frequency: u32,
     /// From the operator's start until the last Foo converged.
@@ -69,6 +82,11 @@ pub struct Profile {
     pub apiserver: Process,
     /// Requests the apiserver served for the Foo controller's resources, keyed `VERB resource`.
     pub requests: BTreeMap<String, u64>,
+}
+
+/// Profiles written before `--contender` were of ours, with the options of `ours-streaming`.
+fn ours_streaming() -> Contender {
+    Contender::OursStreaming
 }
 
 /// One profiled process.
@@ -96,24 +114,24 @@ pub async fn run(args: ProfileArgs) -> Result<()> {
         return write_report(&out, &profile);
     }
     let perf = perf_binary()?;
-    let operator = match &args.operator_binary {
-        Some(binary) => binary.clone(),
-        None => {
-            println!("== building sample-operator (release)");
-            crate::cargo_build::operator("release", true)?
-        }
-    };
+    let contenders = Contenders::prepare(&[args.contender], args.operator_binary.as_deref())?;
     let cluster = LocalCluster::new(paths::repo_root().join(".cluster-bench"));
     let work = tempdir()?;
-    let outcome = profile_run(&cluster, &operator, &perf, &args, &work).await;
+    let outcome = profile_run(&cluster, &contenders, &perf, &args, &work).await;
     let down = cluster.down().context("stopping the benchmark cluster");
     let (mut profile, apiserver_profiles) = outcome?;
     down?;
     println!("== reading the samples");
     // On failure the samples stay in the temporary folder, to be read by hand.
-    profile
-        .operator
-        .fill(&perf, &work.join("operator.data"), rust_area)?;
+    profile.operator.fill(
+        &perf,
+        &work.join("operator.data"),
+        if args.contender.is_ours() {
+            rust_area
+        } else {
+            go_perf_area
+        },
+    )?;
     profile.apiserver.fill_from_pprof(&apiserver_profiles)?;
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&out)?;
@@ -146,7 +164,7 @@ fn tempdir() -> Result<PathBuf> {
 
 async fn profile_run(
     cluster: &LocalCluster,
-    operator: &Path,
+    contenders: &Contenders,
     perf: &Path,
     args: &ProfileArgs,
     work: &Path,
@@ -171,17 +189,9 @@ async fn profile_run(
     let before = RequestCounts::scrape(&client).await?;
     let apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds;
     let logs = cluster.logs_dir().join("profile");
-    let kubeconfig = cluster.kubeconfig().display().to_string();
-    // The main benchmark's options for ours (see contender.rs).
-    let operator_args = vec![
-        "run".to_owned(),
-        format!("--kubeconfig={kubeconfig}"),
-        "--controllers=foo".into(),
-        format!("--probe-address=127.0.0.1:{}", free_port()?),
-        format!("--metrics-address=127.0.0.1:{}", free_port()?),
-        "--foo-resources={}".into(),
-        "--foo-security-context={}".into(),
-    ];
+    // As the main benchmark runs it, at ours' default concurrency.
+    let invocation =
+        contenders.invocation(args.contender, &cluster.kubeconfig(), model::OPERATOR_CONCURRENCY)?;
     println!("== converging them with perf recording");
     let date = super::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
     let start = Instant::now();
@@ -198,10 +208,10 @@ async fn profile_run(
         work.join("operator.data").display().to_string(),
     ];
     perf_args.push("--".into());
-    perf_args.push(operator.display().to_string());
-    perf_args.extend(operator_args);
+    perf_args.push(invocation.binary.display().to_string());
+    perf_args.extend(invocation.args);
     let perf_operator = Stopped(Component::start("perf-operator", perf, &perf_args, &logs)?);
-    let ours = Stopped(child(&perf_operator.0, operator, &logs)?);
+    let ours = Stopped(child(&perf_operator.0, &invocation.binary, &logs)?);
     let apiserver_profile = PprofWindows::start(client.clone(), work.to_owned());
 
     let converged = match tracker
@@ -237,6 +247,7 @@ async fn profile_run(
             machine: super::machine(),
             commit: super::operator_commit(),
             kubernetes_version: state.kubernetes_version.clone(),
+            contender: args.contender,
             n: args.n,
             frequency: args.frequency,
             converged_seconds: converged.as_secs_f64(),
@@ -592,6 +603,18 @@ pub fn rust_area(function: &str, dso: &str) -> &'static str {
     }
 }
 
+/// A Go contender's areas, from perf's samples: the kernel's and the C library's by where they
+/// ran, the rest as [`go_area`] places them.
+pub fn go_perf_area(function: &str, dso: &str) -> &'static str {
+    if kernel(dso) {
+        return "kernel (system calls, loopback TCP, page faults)";
+    }
+    if dso.contains("libc.so") || dso.contains("ld-linux") {
+        return "C library (memcpy, memmove)";
+    }
+    go_area(function)
+}
+
 /// The apiserver's areas, by the Go package of each function its own profile sampled. The first
 /// match wins, so the narrower packages come before the wider ones.
 pub fn go_area(function: &str) -> &'static str {
@@ -687,6 +710,10 @@ pub fn go_area(function: &str) -> &'static str {
             ],
         ),
         (
+            "client-go and controller-runtime (a Go contender's client)",
+            &["k8s.io/client-go", "sigs.k8s.io/controller-runtime"],
+        ),
+        (
             "Go runtime (garbage collector, allocation, scheduler)",
             &[
                 "runtime.",
@@ -725,18 +752,29 @@ fn write_report(out: &Path, profile: &Profile) -> Result<()> {
 /// PROFILE.md.
 pub fn markdown(p: &Profile) -> String {
     let mut md = String::new();
-    md.push_str("# Where the CPU goes: our operator converging a backlog\n\n");
+    let (title, name) = if p.contender.is_ours() {
+        ("our operator".to_owned(), "sample-operator")
+    } else {
+        (format!("`{}`", p.contender.label()), "contender")
+    };
+    md.push_str(&format!("# Where the CPU goes: {title} converging a backlog\n\n"));
     md.push_str(&format!(
-        "Written by `cargo xtask bench-profile` ([the method](README.md#profile)); \
+        "Written by `cargo xtask bench-profile --contender {}` ([the method](README.md#profile)); \
          measured {} on {}, Kubernetes {}, operator at {}.\n\n",
-        p.date, p.machine, p.kubernetes_version, p.commit
+        p.contender
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned()),
+        p.date,
+        p.machine,
+        p.kubernetes_version,
+        p.commit
     ));
     md.push_str(&format!(
-        "{} Foos created before the operator started (the backlog scenario); converged {:.1} s \
+        "{} Foos created before the {name} started (the backlog scenario); converged {:.1} s \
          after its start, quiet (its Events written) after {:.1} s. `perf record -e cpu-clock \
-         -F {}` sampled the operator over that time, and the apiserver's own CPU profile \
+         -F {}` sampled the {name} over that time, and the apiserver's own CPU profile \
          (`/debug/pprof/profile`, 100 samples a second of CPU, read by `go tool pprof`) the \
-         apiserver, in windows of {} s from the operator's start until the one under way when \
+         apiserver, in windows of {} s from the {name}'s start until the one under way when \
          it went quiet; a function's share is its own samples, not its callees'.\n\n",
         p.n,
         p.converged_seconds,
@@ -745,7 +783,7 @@ pub fn markdown(p: &Profile) -> String {
         PPROF_WINDOW.as_secs()
     ));
     md.push_str("| process | CPU | CPU per Foo | samples |\n|---|--:|--:|--:|\n");
-    for (name, process) in [("sample-operator", &p.operator), ("kube-apiserver", &p.apiserver)] {
+    for (name, process) in [(name, &p.operator), ("kube-apiserver", &p.apiserver)] {
         md.push_str(&format!(
             "| {name} | {:.1} s | {:.0} µs | {} |\n",
             process.cpu_seconds,
@@ -753,16 +791,18 @@ pub fn markdown(p: &Profile) -> String {
             process.samples
         ));
     }
-    md.push_str("\n## Requests\n\nWhat the apiserver served on the Foo controller's resources from the operator's start \
-                 until it went quiet (`apiserver_request_total`), in all and per Foo:\n\n\
-                 | request | count | per Foo |\n|---|--:|--:|\n");
+    md.push_str(&format!(
+        "\n## Requests\n\nWhat the apiserver served on the Foo controller's resources from the {name}'s \
+         start until it went quiet (`apiserver_request_total`, which counts a watch once it \
+         ends), in all and per Foo:\n\n| request | count | per Foo |\n|---|--:|--:|\n"
+    ));
     for (request, count) in &p.requests {
         md.push_str(&format!(
             "| {request} | {count} | {:.2} |\n",
             *count as f64 / p.n.max(1) as f64
         ));
     }
-    for (title, process) in [("sample-operator", &p.operator), ("kube-apiserver", &p.apiserver)] {
+    for (title, process) in [(name, &p.operator), ("kube-apiserver", &p.apiserver)] {
         md.push_str(&format!("\n## {title}\n\n"));
         let unresolved = process
             .areas
@@ -961,5 +1001,40 @@ mod tests {
         let md = markdown(&stripped);
         assert!(md.contains("94% of its samples name no function"), "{md}");
         assert!(md.contains("| allocator (jemalloc) | 25.0% | 2.5 s |"), "{md}");
+        let ceiling = Profile {
+            contender: Contender::CeilingOurs,
+            ..stripped
+        };
+        let md = markdown(&ceiling);
+        assert!(
+            md.starts_with("# Where the CPU goes: `ceiling, ours' three writes (plain client)`"),
+            "{md}"
+        );
+        assert!(
+            md.contains("`cargo xtask bench-profile --contender ceiling-ours`"),
+            "{md}"
+        );
+        assert!(md.contains("| contender | 10.0 s | 10000 µs | 200 |"), "{md}");
+        assert!(!md.contains("sample-operator"), "{md}");
+    }
+
+    /// A Go contender's samples: the kernel's and the C library's by where they ran, its own by
+    /// package, client-go's apart from the runtime's.
+    #[test]
+    fn a_go_contenders_samples_go_to_their_package_area() {
+        let binary = "/x/bin/ceiling";
+        assert_eq!(
+            go_perf_area("k8s.io/client-go/rest.(*Request).Do", binary),
+            "client-go and controller-runtime (a Go contender's client)"
+        );
+        assert_eq!(
+            go_perf_area("runtime.mallocgc", binary),
+            "Go runtime (garbage collector, allocation, scheduler)"
+        );
+        assert_eq!(
+            go_perf_area("tcp_sendmsg", "[kernel.kallsyms]"),
+            "kernel (system calls, loopback TCP, page faults)"
+        );
+        assert_eq!(go_perf_area("crypto/aes.gcmAesEnc", binary), "TLS and HTTP");
     }
 }
