@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -17,28 +18,62 @@ import (
 // created later from a WATCH that starts at the LIST's resourceVersion, until ctx ends.
 func discoverFoos(ctx context.Context, foos dynamic.NamespaceableResourceInterface, namespace string, out chan<- fooRef) error {
 	seen := map[string]bool{}
-	send := func(obj *unstructured.Unstructured) {
+	// The Foo of obj if it was not sent before.
+	fresh := func(obj *unstructured.Unstructured) (fooRef, bool) {
 		foo, err := toFooRef(obj)
 		if err != nil {
 			log.Printf("skipping %s/%s: %v", obj.GetNamespace(), obj.GetName(), err)
-			return
+			return fooRef{}, false
 		}
-		if !seen[foo.uid] {
-			seen[foo.uid] = true
-			out <- foo
+		if seen[foo.uid] {
+			return fooRef{}, false
 		}
+		seen[foo.uid] = true
+		return foo, true
 	}
-	resourceVersion, err := listFoos(ctx, foos.Namespace(namespace), send)
+	// A list's Foos go out once it has every page, as an informer's first list does: sent page
+	// by page, as fast as the writers take them, a backlog of 100,000 kept the list open longer
+	// than etcd keeps its revision (5 minutes here), and the apiserver refused the next page.
+	// They go out while the watch runs, as an informer's queue holds them, so that the watch
+	// starts from a revision etcd still has.
+	var sending sync.WaitGroup
+	defer sending.Wait()
+	list := func() (string, error) {
+		var listed []fooRef
+		resourceVersion, err := listFoos(ctx, foos.Namespace(namespace), func(obj *unstructured.Unstructured) {
+			if foo, ok := fresh(obj); ok {
+				listed = append(listed, foo)
+			}
+		})
+		if err != nil {
+			return "", err
+		}
+		sending.Go(func() {
+			for _, foo := range listed {
+				select {
+				case out <- foo:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+		return resourceVersion, nil
+	}
+	resourceVersion, err := list()
 	if err != nil {
 		return err
 	}
 	for ctx.Err() == nil {
-		resourceVersion, err = watchFoos(ctx, foos.Namespace(namespace), resourceVersion, send)
+		resourceVersion, err = watchFoos(ctx, foos.Namespace(namespace), resourceVersion, func(obj *unstructured.Unstructured) {
+			if foo, ok := fresh(obj); ok {
+				out <- foo
+			}
+		})
 		if errors.Is(err, errExpired) {
 			// The apiserver compacted past our resourceVersion while we wrote (a backlog of
 			// 100,000 Foos takes minutes): list again, as an informer does; `seen` keeps each
 			// Foo sent once.
-			resourceVersion, err = listFoos(ctx, foos.Namespace(namespace), send)
+			resourceVersion, err = list()
 		}
 		if err != nil {
 			return err
