@@ -571,11 +571,8 @@ fn jemalloc(function: &str) -> bool {
 
 /// Our operator's areas, by the crate of each sampled function.
 pub fn rust_area(function: &str, dso: &str) -> &'static str {
-    if kernel(dso) {
-        return "kernel (system calls, loopback TCP, page faults)";
-    }
-    if dso.contains("libc.so") || dso.contains("ld-linux") || dso.contains("libm.so") {
-        return "C library (memcpy, memmove)";
+    if let Some(area) = outside_the_binary(dso) {
+        return area;
     }
     if jemalloc(function) {
         return "allocator (jemalloc)";
@@ -606,13 +603,24 @@ pub fn rust_area(function: &str, dso: &str) -> &'static str {
 /// A Go contender's areas, from perf's samples: the kernel's and the C library's by where they
 /// ran, the rest as [`go_area`] places them.
 pub fn go_perf_area(function: &str, dso: &str) -> &'static str {
-    if kernel(dso) {
-        return "kernel (system calls, loopback TCP, page faults)";
+    if let Some(area) = outside_the_binary(dso) {
+        return area;
     }
-    if dso.contains("libc.so") || dso.contains("ld-linux") {
-        return "C library (memcpy, memmove)";
+    if function.starts_with("[unknown") {
+        return "unresolved";
     }
     go_area(function)
+}
+
+/// The area of a perf sample taken in the kernel or the C library, whatever the binary.
+fn outside_the_binary(dso: &str) -> Option<&'static str> {
+    if kernel(dso) {
+        return Some("kernel (system calls, loopback TCP, page faults)");
+    }
+    if dso.contains("libc.so") || dso.contains("ld-linux") || dso.contains("libm.so") {
+        return Some("C library (memcpy, memmove)");
+    }
+    None
 }
 
 /// The apiserver's areas, by the Go package of each function its own profile sampled. The first
@@ -810,7 +818,7 @@ pub fn markdown(p: &Profile) -> String {
             .find(|(area, _)| area == "unresolved")
             .map_or(0, |(_, samples)| *samples);
         if unresolved * 2 > process.samples {
-            // An operator binary given with --operator-binary may be stripped.
+            // An operator binary given with --operator-binary, or a Go contender, may be stripped.
             md.push_str(&format!(
                 "{:.0}% of its samples name no function: its binary has no symbol table, so only \
                  the kernel's part resolves.\n",
@@ -1036,5 +1044,7 @@ mod tests {
             "kernel (system calls, loopback TCP, page faults)"
         );
         assert_eq!(go_perf_area("crypto/aes.gcmAesEnc", binary), "TLS and HTTP");
+        // A stripped binary's samples are counted as such, for the report's note.
+        assert_eq!(go_perf_area("[unknown in ceiling]", binary), "unresolved");
     }
 }
