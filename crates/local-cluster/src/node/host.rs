@@ -182,8 +182,7 @@ pub(super) fn remove_chains(made: &BTreeSet<String>, before: &BTreeSet<String>, 
             continue;
         };
         for rule in String::from_utf8_lossy(&out.stdout).lines() {
-            if rule.starts_with("-A ") && rule.split_whitespace().any(|w| w == *chain) {
-                let args: Vec<&str> = rule.split_whitespace().skip(1).collect();
+            if let Some(args) = jump_to(rule, chain) {
                 let _ = Command::new(cmd).args(["-t", table, "-D"]).args(&args).output();
             }
         }
@@ -194,6 +193,18 @@ pub(super) fn remove_chains(made: &BTreeSet<String>, before: &BTreeSet<String>, 
             errors.push(e.to_string());
         }
     }
+}
+
+/// The arguments that delete `rule`, a line of `iptables -S`, when it jumps (or goes) to
+/// `chain`: its words after `-A`, split as the shell would, since iptables quotes a comment with
+/// spaces (kube-proxy's jumps all carry one) and escapes quotes in it.
+fn jump_to(rule: &str, chain: &str) -> Option<Vec<String>> {
+    let args = shlex::split(rule.strip_prefix("-A ")?)?;
+    let target = args
+        .windows(2)
+        .find(|pair| pair[0] == "-j" || pair[0] == "-g")
+        .map(|pair| pair[1].as_str());
+    (target == Some(chain)).then_some(args)
 }
 
 /// The cgroup folders the kubelet (`kubepods`) and containerd (`k8s.io`) make, in every
@@ -521,6 +532,77 @@ fn collect_sysctls(dir: &Path, out: &mut BTreeMap<String, String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jump_is_deleted_by_its_words_with_its_quoted_comment_whole() {
+        // As `iptables -S` printed kube-proxy's jumps on this project's machine.
+        let rule = r#"-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL"#;
+        assert_eq!(
+            jump_to(rule, "KUBE-PROXY-FIREWALL").unwrap(),
+            [
+                "INPUT",
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "NEW",
+                "-m",
+                "comment",
+                "--comment",
+                "kubernetes load balancer firewall",
+                "-j",
+                "KUBE-PROXY-FIREWALL"
+            ]
+        );
+        // Only a jump to that chain, not one naming it elsewhere, nor a chain's own rules.
+        assert_eq!(jump_to(rule, "KUBE-SERVICES"), None);
+        let named = r#"-A FORWARD -m comment --comment "-j KUBE-FORWARD" -j ACCEPT"#;
+        assert_eq!(jump_to(named, "KUBE-FORWARD"), None);
+        assert_eq!(jump_to("-N KUBE-FORWARD", "KUBE-FORWARD"), None);
+        let goto = jump_to("-A FORWARD -i br0 -g KUBE-FORWARD", "KUBE-FORWARD").unwrap();
+        assert_eq!(goto, ["FORWARD", "-i", "br0", "-g", "KUBE-FORWARD"]);
+        // iptables escapes a quote inside a quoted comment.
+        let quoted = r#"-A FORWARD -m comment --comment "say \"hi\"" -j KUBE-FORWARD"#;
+        assert_eq!(jump_to(quoted, "KUBE-FORWARD").unwrap()[4], r#"say "hi""#);
+    }
+
+    /// The fallback of `down` when kube-proxy's own cleanup did not run (it was stopped before
+    /// it made its nat chains): a jump with a comment, to a chain the node made, is deleted and
+    /// the chain with it. Works on two chains of its own, which no built-in chain jumps to.
+    #[test]
+    fn a_chain_the_node_made_goes_with_the_commented_jumps_to_it() {
+        const TEST: &str = "a_chain_the_node_made_goes_with_the_commented_jumps_to_it";
+        if !nix::unistd::geteuid().is_root() || which("iptables").is_none() {
+            crate::testing::skipped(TEST, "changing the firewall needs root and iptables");
+            return;
+        }
+        let (from, to) = (
+            format!("SOTEST-{}-FROM", std::process::id()),
+            format!("SOTEST-{}-TO", std::process::id()),
+        );
+        let iptables = |args: &[&str]| run(Command::new("iptables").args(["-t", "filter"]).args(args));
+        iptables(&["-N", &from]).unwrap();
+        iptables(&["-N", &to]).unwrap();
+        let comment = r#"a "quoted" comment"#;
+        iptables(&["-A", &from, "-m", "comment", "--comment", comment, "-j", &to]).unwrap();
+        let mut errors = Vec::new();
+        remove_chains(
+            &[format!("iptables filter {to}")].into(),
+            &BTreeSet::new(),
+            &mut errors,
+        );
+        let left = Command::new("iptables")
+            .args(["-t", "filter", "-S", &from])
+            .output();
+        let _ = iptables(&["-F", &from]);
+        let _ = iptables(&["-X", &from]);
+        let _ = iptables(&["-X", &to]);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(!chains().contains(&format!("iptables filter {to}")));
+        assert_eq!(
+            String::from_utf8_lossy(&left.unwrap().stdout).trim(),
+            format!("-N {from}")
+        );
+    }
 
     #[test]
     fn only_kube_proxys_service_chains_are_reported_by_their_prefix() {
