@@ -23,9 +23,11 @@ pub const RATE_LIMITED_CAP: usize = 1000;
 pub enum Contender {
     /// Our operator: `sample-operator run --initial-list=list`, release build: paged lists, as
     /// it ran before `auto` (which streams on this apiserver, as the next row) was its default.
-    #[default]
     Ours,
-    /// Ours with `--initial-list=stream`: every watch's first list streamed (WatchList).
+    /// Ours with `--initial-list=stream`: every watch's first list streamed (WatchList). The
+    /// default: what `cargo xtask bench-profile` profiles unless told otherwise, and what it
+    /// profiled before it could be told.
+    #[default]
     OursStreaming,
     /// Ours with `--events=none`: the same work as the two-write ceiling and the tuned
     /// controller-runtime, which write no Events.

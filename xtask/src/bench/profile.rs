@@ -69,8 +69,9 @@ pub struct Profile {
     pub machine: String,
     pub commit: String,
     pub kubernetes_version: String,
-    /// What converged the backlog; its process is [`Profile::operator`].
-    #[serde(default = "ours_streaming")]
+    /// What converged the backlog; its process is [`Profile::operator`]. Profiles written
+    /// before `--contender` have none: they were of ours, as the default runs it.
+    #[serde(default)]
     pub contender: Contender,
     pub n: usize,
     pub frequency: u32,
@@ -82,11 +83,6 @@ pub struct Profile {
     pub apiserver: Process,
     /// Requests the apiserver served for the Foo controller's resources, keyed `VERB resource`.
     pub requests: BTreeMap<String, u64>,
-}
-
-/// Profiles written before `--contender` were of ours, with the options of `ours-streaming`.
-fn ours_streaming() -> Contender {
-    Contender::OursStreaming
 }
 
 /// One profiled process.
