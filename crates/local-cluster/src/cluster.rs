@@ -34,6 +34,10 @@ pub const NODES: usize = 3;
 /// How long `up` waits for a cluster whose processes all run to answer `/readyz` before it
 /// starts a new one in its place.
 const REUSE_PATIENCE: Duration = Duration::from_secs(90);
+
+/// How many times `up` starts the cluster when a component finds its port taken.
+pub const PORT_ATTEMPTS: u32 = 3;
+
 /// The annotation that marks the nodes kwok plays.
 const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 
@@ -237,6 +241,19 @@ impl LocalCluster {
     /// [`up`](Self::up) with options. A healthy cluster that was started with other options, or
     /// by a version whose etcd took clients without certificates, is stopped and started anew.
     pub async fn up_with(&self, options: UpOptions<'_>) -> Result<State> {
+        self.up_picking_ports(options, &mut free_port).await
+    }
+
+    /// [`up_with`](Self::up_with), taking each component's port from `pick` (a free one in
+    /// `up_with`). A port is free when picked but the component binds it later, so another
+    /// program can take it in between: then the cluster is started again on ports picked anew,
+    /// up to [`PORT_ATTEMPTS`] times. A test picks a taken port to see that happen.
+    #[doc(hidden)]
+    pub async fn up_picking_ports(
+        &self,
+        options: UpOptions<'_>,
+        pick: &mut (dyn FnMut() -> Result<u16> + Send),
+    ) -> Result<State> {
         let binaries = tokio::task::spawn_blocking(toolchain::ensure)
             .await
             .map_err(|e| Error::Toolchain {
@@ -270,24 +287,34 @@ impl LocalCluster {
             }
             return Ok(state);
         }
-        // Whatever is left of an earlier cluster (a crash, a reboot) is stopped and wiped.
-        self.wipe()?;
-        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            // Whatever is left of an earlier cluster (a crash, a reboot, the attempt before) is
+            // stopped and wiped.
+            self.wipe()?;
+            std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
 
-        let mut started = Vec::new();
-        let mut result = self.start(&binaries, options, &mut started).await;
-        if let (Ok(state), Some(bin)) = (&result, &node_binaries) {
-            result = self.add_node(state, bin).await.map(|()| state.clone());
-        }
-        if result.is_err() {
-            if let Err(e) = self.node().down() {
-                tracing::warn!(error = %e, "stopping the real node");
+            let mut started = Vec::new();
+            let mut result = self.start(&binaries, options, pick, &mut started).await;
+            if let (Ok(state), Some(bin)) = (&result, &node_binaries) {
+                result = self.add_node(state, bin).await.map(|()| state.clone());
             }
-            for component in started.iter().rev() {
-                component.stop(Duration::from_secs(5));
+            if result.is_err() {
+                if let Err(e) = self.node().down() {
+                    tracing::warn!(error = %e, "stopping the real node");
+                }
+                for component in started.iter().rev() {
+                    component.stop(Duration::from_secs(5));
+                }
+            }
+            match result {
+                Err(e) if e.port_taken() && attempt < PORT_ATTEMPTS => {
+                    tracing::warn!(error = %e, attempt, "a port was taken before its component bound it; starting again on other ports");
+                }
+                result => return result,
             }
         }
-        result
     }
 
     /// The real node's handle (whether or not one runs).
@@ -343,6 +370,7 @@ impl LocalCluster {
         &self,
         bin: &Binaries,
         options: UpOptions<'_>,
+        pick: &mut (dyn FnMut() -> Result<u16> + Send),
         started: &mut Vec<Component>,
     ) -> Result<State> {
         // A new CA and every certificate each time: `up` starts in a folder it has just wiped,
@@ -358,9 +386,9 @@ impl LocalCluster {
             ],
         )?;
         let logs = self.logs_dir();
-        let etcd_port = free_port()?;
-        let etcd_peer_port = free_port()?;
-        let apiserver_port = free_port()?;
+        let etcd_port = pick()?;
+        let etcd_peer_port = pick()?;
+        let apiserver_port = pick()?;
         let server = format!("https://127.0.0.1:{apiserver_port}");
         let etcd_access = Etcd::new(&pki, etcd_port);
         let record = |started: &mut Vec<Component>, c: Component| -> Result<()> {
@@ -428,9 +456,9 @@ impl LocalCluster {
             let kubeconfig = self.dir.join(format!("{}.kubeconfig", id.file_stem));
             write_kubeconfig(&kubeconfig, &server, &pki, id)?;
             let args = if name == "kube-controller-manager" {
-                controller_manager_args(&pki, &kubeconfig, &self.dir, free_port()?)
+                controller_manager_args(&pki, &kubeconfig, &self.dir, pick()?)
             } else {
-                scheduler_args(&kubeconfig, &self.dir, free_port()?)
+                scheduler_args(&kubeconfig, &self.dir, pick()?)
             };
             record(started, Component::start(name, binary, &args, &logs)?)?;
         }
@@ -445,7 +473,7 @@ impl LocalCluster {
             // Only the fake nodes: a real node beside them runs its own kubelet.
             format!("--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake"),
             "--node-lease-duration-seconds=40".into(),
-            format!("--server-address=127.0.0.1:{}", free_port()?),
+            format!("--server-address=127.0.0.1:{}", pick()?),
         ];
         record(started, Component::start("kwok", &bin.kwok, &kwok_args, &logs)?)?;
 

@@ -157,23 +157,32 @@ impl OpenStack {
         {
             return Ok(state);
         }
-        self.stop_recorded();
-        let dir = self.dir();
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        }
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        // Its databases, keys and configuration hold the test bed's secrets: its owner's alone.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| Error::io(&dir, e))?;
-        let mut started = Vec::new();
-        match self.start(&venvs, &mut started).await {
-            Ok(state) => Ok(state),
-            Err(e) => {
-                for component in started.iter().rev() {
-                    component.stop(Duration::from_secs(10));
+        // A port picked free can be taken before its server binds it: then everything is
+        // started again on other ports, as the cluster's `up` does.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.stop_recorded();
+            let dir = self.dir();
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+            }
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+            // Its databases, keys and configuration hold the test bed's secrets: its owner's alone.
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| Error::io(&dir, e))?;
+            let mut started = Vec::new();
+            match self.start(&venvs, &mut started).await {
+                Ok(state) => return Ok(state),
+                Err(e) => {
+                    for component in started.iter().rev() {
+                        component.stop(Duration::from_secs(10));
+                    }
+                    if !(e.port_taken() && attempt < crate::cluster::PORT_ATTEMPTS) {
+                        return Err(e);
+                    }
+                    tracing::warn!(error = %e, attempt, "a port was taken before its server bound it; starting again on other ports");
                 }
-                Err(e)
             }
         }
     }

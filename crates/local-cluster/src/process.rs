@@ -143,8 +143,9 @@ pub(crate) fn executable(process: &procfs::process::Process) -> Option<PathBuf> 
     ))
 }
 
-/// A free TCP port on loopback. The listener is closed before the component binds, so a race
-/// with another program is possible but unlikely on a developer's machine.
+/// A free TCP port on loopback. The listener is closed before the component binds, so another
+/// program (a parallel test's component, say) can take it first; the cluster's and the test
+/// bed's `up` then start again on other ports.
 pub fn free_port() -> Result<u16> {
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?;

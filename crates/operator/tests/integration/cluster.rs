@@ -247,3 +247,67 @@ async fn a_cluster_started_from_kept_etcd_data_holds_what_the_first_one_held() {
         cluster.down().unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_cluster_whose_port_was_taken_before_etcd_bound_it_starts_on_other_ports() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::Api;
+    use local_cluster::{LocalCluster, UpOptions};
+
+    if testing::uses_existing_cluster() {
+        testing::skipped(
+            "cluster::a_cluster_whose_port_was_taken_before_etcd_bound_it_starts_on_other_ports",
+            "it starts an etcd and an apiserver of its own on this machine, which a run against an existing cluster does not",
+        );
+        return;
+    }
+    /// Stops the test's cluster and removes its folder however the test ends.
+    struct Own(LocalCluster, std::path::PathBuf);
+    impl Drop for Own {
+        fn drop(&mut self) {
+            let _ = self.0.down();
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("sample-operator-port-race-{}", std::process::id()));
+    let own = Own(LocalCluster::new(dir.join("cluster")), dir.clone());
+    // What another program does between our picking a free port and etcd binding it.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let mut picked = Vec::new();
+    let mut pick = || -> local_cluster::Result<u16> {
+        let port = if picked.is_empty() {
+            taken_port
+        } else {
+            local_cluster::process::free_port()?
+        };
+        picked.push(port);
+        Ok(port)
+    };
+
+    let state = own
+        .0
+        .up_picking_ports(
+            UpOptions {
+                apiserver_only: true,
+                ..UpOptions::default()
+            },
+            &mut pick,
+        )
+        .await
+        .expect("a second attempt on other ports");
+
+    let etcd_port = state.etcd.as_ref().and_then(|etcd| etcd.port());
+    assert!(
+        etcd_port.is_some_and(|port| port != taken_port),
+        "etcd listens on {etcd_port:?}, not on the taken {taken_port}"
+    );
+    assert_eq!(
+        picked.len(),
+        6,
+        "three ports for each of two attempts: {picked:?}"
+    );
+    let namespaces: Api<Namespace> = Api::all(own.0.client().await.unwrap());
+    namespaces.get("default").await.expect("the apiserver answers");
+    drop(taken);
+}
