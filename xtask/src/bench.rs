@@ -23,6 +23,7 @@ mod run;
 mod sharded;
 mod tracker;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -114,8 +115,14 @@ pub struct BenchArgs {
     /// Concurrencies at which ours, the tuned peers and the ceiling doing ours' work run in
     /// the backlog and burst, in place of `--concurrency`: each row is then that contender at
     /// its fastest, as its users would tune it. Empty: `--concurrency` only.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', conflicts_with = "concurrency_of")]
     sweep: Vec<usize>,
+    /// One concurrency for a contender in every scenario, in place of `--concurrency`, as
+    /// `CONTENDER=N` (several separated by commas): each at the best a sweep found for it. Only
+    /// for contenders that take one (ours, the tuned peers, the ceilings doing ours' work; the
+    /// two-write ceiling has `--ceiling-concurrencies`).
+    #[arg(long, value_delimiter = ',', value_parser = parse_concurrency_of)]
+    concurrency_of: Vec<(Contender, usize)>,
     /// Runs of this many Foos or more start on an etcd and kube-apiserver started for them,
     /// instead of deleting the run before's objects (minutes at 100,000).
     #[arg(long, default_value_t = model::LARGE_N, default_value_if("preset", "quick", "500"))]
@@ -141,6 +148,13 @@ pub struct BenchArgs {
     /// be those it was started with.
     #[arg(long)]
     resume: bool,
+}
+
+impl BenchArgs {
+    /// `--concurrency-of` by contender; the last given for one wins.
+    fn concurrency_of(&self) -> BTreeMap<Contender, usize> {
+        self.concurrency_of.iter().copied().collect()
+    }
 }
 
 pub async fn run(args: BenchArgs) -> Result<()> {
@@ -328,6 +342,7 @@ async fn describe(args: &BenchArgs, kubernetes_version: &str) -> Meta {
         concurrency: args.concurrency,
         ceiling_concurrencies: args.ceiling_concurrencies.clone(),
         sweep: args.sweep.clone(),
+        concurrency_of: args.concurrency_of(),
         rate_limited_cap: args.rate_limited_cap,
         fresh_cluster_from: args.fresh_cluster_from,
         steady_window_seconds: args.steady_window.as_secs(),
@@ -381,6 +396,7 @@ fn check_resumable(args: &BenchArgs, meta: &Meta, machine: &str) -> Result<()> {
         &args.ceiling_concurrencies,
         args.fresh_cluster_from,
         &args.sweep,
+        &args.concurrency_of(),
     );
     let then = (
         meta.repeats,
@@ -390,13 +406,14 @@ fn check_resumable(args: &BenchArgs, meta: &Meta, machine: &str) -> Result<()> {
         &swept,
         meta.fresh_cluster_from,
         &meta.sweep,
+        &meta.concurrency_of,
     );
     // A sitting that started fresh clusters at another size would measure large runs differently.
     if now != then {
         bail!(
             "cannot resume: results.json was taken with --repeats {} --concurrency {} --rate-limited-cap {} \
-             --steady-window {}s --ceiling-concurrencies {} --fresh-cluster-from {} --sweep {}; give the same \
-             options",
+             --steady-window {}s --ceiling-concurrencies {} --fresh-cluster-from {} --sweep {} --concurrency-of {}; \
+             give the same options",
             then.0,
             then.1,
             then.2,
@@ -404,6 +421,7 @@ fn check_resumable(args: &BenchArgs, meta: &Meta, machine: &str) -> Result<()> {
             swept.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
             then.5,
             then.6.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+            model::concurrency_of_text(then.7),
         );
     }
     Ok(())
@@ -479,6 +497,8 @@ fn plan(args: &BenchArgs) -> Vec<RunSpec> {
                     let timed = matches!(scenario, Scenario::Backlog | Scenario::Burst);
                     let concurrencies = if contender == Contender::Ceiling {
                         args.ceiling_concurrencies.clone()
+                    } else if let Some(&concurrency) = args.concurrency_of().get(&contender) {
+                        vec![concurrency]
                     } else if timed && contender.takes_concurrency() && !args.sweep.is_empty() {
                         args.sweep.clone()
                     } else {
@@ -499,6 +519,24 @@ fn plan(args: &BenchArgs) -> Vec<RunSpec> {
         }
     }
     plan
+}
+
+/// `CONTENDER=N`, for a contender that takes a concurrency a user would tune.
+fn parse_concurrency_of(text: &str) -> Result<(Contender, usize), String> {
+    use clap::ValueEnum;
+    let (name, number) = text
+        .split_once('=')
+        .ok_or_else(|| format!("not CONTENDER=N: {text}"))?;
+    let contender = Contender::from_str(name.trim(), false)?;
+    if !contender.takes_concurrency() {
+        return Err(format!(
+            "{name} does not take a concurrency of its own (the two-write ceiling has --ceiling-concurrencies)"
+        ));
+    }
+    match number.trim().parse() {
+        Ok(n) if n > 0 => Ok((contender, n)),
+        _ => Err(format!("not a concurrency above 0: {number}")),
+    }
 }
 
 /// `5m`, `90s`, `2h` or plain seconds.
@@ -545,6 +583,7 @@ mod tests {
             concurrency: taken.concurrency,
             ceiling_concurrencies: taken.ceiling_concurrencies.clone(),
             sweep: vec![],
+            concurrency_of: BTreeMap::new(),
             rate_limited_cap: taken.rate_limited_cap,
             fresh_cluster_from: taken.fresh_cluster_from,
             steady_window_seconds: taken.steady_window.as_secs(),
@@ -621,6 +660,74 @@ mod tests {
                 (Scenario::Memory, Contender::Ours, 16),
                 (Scenario::Memory, Contender::ControllerRuntimeTuned, 16),
             ]
+        );
+    }
+
+    #[test]
+    fn a_contender_given_its_own_concurrency_runs_at_it_in_every_scenario() {
+        let plan = plan(&args(
+            "--n 10 --scenarios backlog,memory --contenders ours,controller-runtime-tuned,ceiling,ceiling-ours \
+             --ceiling-concurrencies 8,128 --concurrency-of ours=128,ceiling-ours=64,ours=96",
+        ));
+        let order: Vec<(Scenario, Contender, usize)> = plan
+            .iter()
+            .filter(|r| r.repeat == 0)
+            .map(|r| (r.scenario, r.contender, r.concurrency))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                // The last given for a contender wins.
+                (Scenario::Backlog, Contender::Ours, 96),
+                (Scenario::Backlog, Contender::ControllerRuntimeTuned, 16),
+                (Scenario::Backlog, Contender::Ceiling, 8),
+                (Scenario::Backlog, Contender::Ceiling, 128),
+                (Scenario::Backlog, Contender::CeilingOurs, 64),
+                (Scenario::Memory, Contender::Ours, 96),
+                (Scenario::Memory, Contender::ControllerRuntimeTuned, 16),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_concurrency_of_its_own_is_refused_where_it_means_nothing() {
+        let parse = |line: &str| Cli::try_parse_from(std::iter::once("bench").chain(line.split_whitespace()));
+        for (line, says) in [
+            ("--concurrency-of ceiling=64", "--ceiling-concurrencies"),
+            (
+                "--concurrency-of sample-controller=64",
+                "does not take a concurrency",
+            ),
+            ("--concurrency-of ours=0", "above 0"),
+            ("--concurrency-of ours", "CONTENDER=N"),
+            ("--concurrency-of nobody=16", "nobody"),
+            ("--concurrency-of ours=64 --sweep 16,64", "cannot be used with"),
+        ] {
+            let error = parse(line)
+                .err()
+                .unwrap_or_else(|| panic!("{line} was taken"))
+                .to_string();
+            assert!(error.contains(says), "{line}: {error}");
+        }
+        // Nor may a resumed run change it.
+        let taken = args("--preset quick --concurrency-of ours=128");
+        let meta = Meta {
+            machine: "here".into(),
+            repeats: taken.repeats,
+            concurrency: taken.concurrency,
+            ceiling_concurrencies: taken.ceiling_concurrencies.clone(),
+            concurrency_of: taken.concurrency_of(),
+            rate_limited_cap: taken.rate_limited_cap,
+            fresh_cluster_from: taken.fresh_cluster_from,
+            steady_window_seconds: taken.steady_window.as_secs(),
+            ..Meta::default()
+        };
+        assert!(check_resumable(&taken, &meta, "here").is_ok());
+        let error =
+            check_resumable(&args("--preset quick --concurrency-of ours=64"), &meta, "here").unwrap_err();
+        assert!(
+            error.to_string().contains("--concurrency-of ours=128;"),
+            "{error}"
         );
     }
 

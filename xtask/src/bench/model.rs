@@ -443,6 +443,9 @@ pub struct Meta {
     /// `--sweep`: the concurrencies ours and the tuned peers ran at (empty: `concurrency`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sweep: Vec<usize>,
+    /// `--concurrency-of`: contenders run at a concurrency of their own in every scenario.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub concurrency_of: BTreeMap<Contender, usize>,
     /// The ceiling's sweep; empty in results from before it swept (it ran at `concurrency`).
     #[serde(default)]
     pub ceiling_concurrencies: Vec<usize>,
@@ -462,6 +465,21 @@ pub struct Meta {
 pub struct Results {
     pub meta: Meta,
     pub runs: Vec<RunResult>,
+}
+
+/// `--concurrency-of` as given on the command line: `ours=128,controller-runtime-tuned=16`.
+pub fn concurrency_of_text(concurrency_of: &BTreeMap<Contender, usize>) -> String {
+    use clap::ValueEnum;
+    concurrency_of
+        .iter()
+        .map(|(contender, n)| {
+            let name = contender
+                .to_possible_value()
+                .map_or_else(|| contender.label().to_owned(), |v| v.get_name().to_owned());
+            format!("{name}={n}")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A median with the smallest and largest value.

@@ -776,6 +776,25 @@ fn best_peer<'a, 'b>(
         .map(|(g, _)| g)
 }
 
+/// Which contenders ran at a concurrency of their own (`--concurrency-of`) instead of the one
+/// the tuned peers' note gives; `None` when none did.
+fn concurrency_of_note(meta: &Meta) -> Option<String> {
+    if meta.concurrency_of.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = meta
+        .concurrency_of
+        .iter()
+        .map(|(contender, n)| format!("{} at {n}", contender.label()))
+        .collect();
+    Some(format!(
+        "- **Each at its own concurrency** (`--concurrency-of {}`), in every scenario, in place of {}: {}.",
+        super::model::concurrency_of_text(&meta.concurrency_of),
+        meta.concurrency,
+        each.join(", ")
+    ))
+}
+
 /// How the ceiling was run: at one concurrency, or swept with its fastest taken per row.
 fn ceiling_note(meta: &Meta) -> String {
     match meta.ceiling_concurrencies.as_slice() {
@@ -844,6 +863,9 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
             "- The test cluster (`.cluster/`, with controller-manager, scheduler and kwok) was running beside \
              the benchmark's and shared the cores.\n",
         );
+    }
+    if let Some(note) = concurrency_of_note(meta) {
+        let _ = writeln!(md, "{note}");
     }
     match meta.commits.as_slice() {
         [] => {}
@@ -1374,6 +1396,21 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(ceiling_note(&single), "the ceiling writes 16 Foos at a time");
+    }
+
+    #[test]
+    fn the_notes_name_each_contender_run_at_a_concurrency_of_its_own() {
+        let meta = Meta {
+            concurrency: 16,
+            concurrency_of: [(Contender::Ours, 128), (Contender::ControllerRuntimeTuned, 16)].into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            concurrency_of_note(&meta).unwrap(),
+            "- **Each at its own concurrency** (`--concurrency-of ours=128,controller-runtime-tuned=16`), in every \
+             scenario, in place of 16: sample-operator (ours) at 128, controller-runtime tuned (Go) at 16."
+        );
+        assert_eq!(concurrency_of_note(&Meta::default()), None);
     }
 
     #[test]
