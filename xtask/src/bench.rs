@@ -633,19 +633,22 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_sweep_runs_the_tunable_contenders_at_each_concurrency_in_the_timed_scenarios_only() {
-        let plan = plan(&args(
-            "--n 10 --scenarios backlog,memory --contenders ours,sample-controller,controller-runtime-tuned,ceiling,ceiling-ours \
-             --ceiling-concurrencies 8 --sweep 16,64",
-        ));
-        let order: Vec<(Scenario, Contender, usize)> = plan
+    /// The first repeat of the plan of `line`: each run's scenario, contender and concurrency.
+    fn first_repeat(line: &str) -> Vec<(Scenario, Contender, usize)> {
+        plan(&args(line))
             .iter()
             .filter(|r| r.repeat == 0)
             .map(|r| (r.scenario, r.contender, r.concurrency))
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn a_sweep_runs_the_tunable_contenders_at_each_concurrency_in_the_timed_scenarios_only() {
         assert_eq!(
-            order,
+            first_repeat(
+                "--n 10 --scenarios backlog,memory --contenders ours,sample-controller,controller-runtime-tuned,ceiling,ceiling-ours \
+                 --ceiling-concurrencies 8 --sweep 16,64"
+            ),
             [
                 (Scenario::Backlog, Contender::Ours, 16),
                 (Scenario::Backlog, Contender::Ours, 64),
@@ -665,17 +668,11 @@ mod tests {
 
     #[test]
     fn a_contender_given_its_own_concurrency_runs_at_it_in_every_scenario() {
-        let plan = plan(&args(
-            "--n 10 --scenarios backlog,memory --contenders ours,controller-runtime-tuned,ceiling,ceiling-ours \
-             --ceiling-concurrencies 8,128 --concurrency-of ours=128,ceiling-ours=64,ours=96",
-        ));
-        let order: Vec<(Scenario, Contender, usize)> = plan
-            .iter()
-            .filter(|r| r.repeat == 0)
-            .map(|r| (r.scenario, r.contender, r.concurrency))
-            .collect();
         assert_eq!(
-            order,
+            first_repeat(
+                "--n 10 --scenarios backlog,memory --contenders ours,controller-runtime-tuned,ceiling,ceiling-ours \
+                 --ceiling-concurrencies 8,128 --concurrency-of ours=128,ceiling-ours=64,ours=96"
+            ),
             [
                 // The last given for a contender wins.
                 (Scenario::Backlog, Contender::Ours, 96),

@@ -1,5 +1,6 @@
 //! Developer commands: `cargo xtask <command>`. See the README for the workflow.
 
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result};
@@ -316,14 +317,22 @@ fn test(
 ) -> Result<ExitCode> {
     let mut phases = phases::Phases::default();
     let result = run_tests(runtime, cluster, scale, extra, &mut phases);
-    let profile = if scale { "scale" } else { "default" };
-    let junit = cargo_build::target_dir()
-        .join("nextest")
-        .join(profile)
-        .join("junit.xml");
-    phases.print(&junit);
+    phases.print(&junit_report(if scale { "scale" } else { "default" }));
     result
 }
+
+/// Where nextest writes `profile`'s JUnit report: under the store of .config/nextest.toml,
+/// which is relative to the workspace, not to `CARGO_TARGET_DIR` (with one set elsewhere, the
+/// target folder's copy would be another checkout's, or an earlier run's).
+fn junit_report(profile: &str) -> PathBuf {
+    paths::repo_root()
+        .join(NEXTEST_STORE)
+        .join(profile)
+        .join("junit.xml")
+}
+
+/// `[store] dir` of .config/nextest.toml.
+const NEXTEST_STORE: &str = "target/nextest";
 
 fn run_tests(
     runtime: &tokio::runtime::Runtime,
@@ -631,6 +640,20 @@ async fn remove_real_node(cluster: &LocalCluster) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_junit_report_is_read_from_the_store_nextest_writes_it_to() {
+        let config = include_str!("../../.config/nextest.toml");
+        let store = config
+            .split_once("[store]")
+            .and_then(|(_, rest)| rest.lines().find_map(|l| l.trim().strip_prefix("dir = ")))
+            .expect("the [store] dir of .config/nextest.toml");
+        assert_eq!(store.trim_matches('"'), NEXTEST_STORE);
+        assert_eq!(
+            junit_report("default"),
+            paths::repo_root().join("target/nextest/default/junit.xml")
+        );
+    }
 
     #[test]
     fn the_local_cluster_page_lists_every_command_and_nothing_else() {

@@ -180,6 +180,38 @@ async fn etcd_answers_only_clients_with_a_certificate_of_its_own_ca() {
     }
 }
 
+/// A cluster of a test's own, etcd and apiserver in a temporary folder: stopped and its folder
+/// removed however the test ends.
+struct OwnCluster {
+    cluster: local_cluster::LocalCluster,
+    dir: std::path::PathBuf,
+}
+
+impl OwnCluster {
+    /// `None`, said as a skip of `test`, in a run against an existing cluster.
+    fn new(test: &str, name: &str) -> Option<Self> {
+        if testing::uses_existing_cluster() {
+            testing::skipped(
+                test,
+                "it starts an etcd and an apiserver of its own on this machine, which a run against an existing cluster does not",
+            );
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("sample-operator-{name}-{}", std::process::id()));
+        Some(Self {
+            cluster: local_cluster::LocalCluster::new(dir.join("cluster")),
+            dir,
+        })
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = self.cluster.down();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// The sharded benchmark creates each size's Foos once and starts every run from them: a
 /// cluster started from the etcd data another one kept holds what that one held, and what a
 /// run adds stays out of the kept data, so the next run starts from the same objects.
@@ -187,27 +219,16 @@ async fn etcd_answers_only_clients_with_a_certificate_of_its_own_ca() {
 async fn a_cluster_started_from_kept_etcd_data_holds_what_the_first_one_held() {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::Api;
-    use local_cluster::{LocalCluster, UpOptions};
+    use local_cluster::UpOptions;
 
-    if testing::uses_existing_cluster() {
-        testing::skipped(
-            "cluster::a_cluster_started_from_kept_etcd_data_holds_what_the_first_one_held",
-            "it starts an etcd and an apiserver of its own on this machine, which a run against an existing cluster does not",
-        );
+    let Some(own) = OwnCluster::new(
+        "cluster::a_cluster_started_from_kept_etcd_data_holds_what_the_first_one_held",
+        "kept-etcd",
+    ) else {
         return;
-    }
-    /// Stops the test's cluster and removes its folder however the test ends.
-    struct Own(LocalCluster, std::path::PathBuf);
-    impl Drop for Own {
-        fn drop(&mut self) {
-            let _ = self.0.down();
-            let _ = std::fs::remove_dir_all(&self.1);
-        }
-    }
-    let dir = std::env::temp_dir().join(format!("sample-operator-kept-etcd-{}", std::process::id()));
-    let own = Own(LocalCluster::new(dir.join("cluster")), dir.clone());
-    let cluster = &own.0;
-    let kept = dir.join("kept-etcd");
+    };
+    let cluster = &own.cluster;
+    let kept = own.dir.join("kept-etcd");
     let options = UpOptions {
         apiserver_only: true,
         ..UpOptions::default()
@@ -252,25 +273,14 @@ async fn a_cluster_started_from_kept_etcd_data_holds_what_the_first_one_held() {
 async fn a_cluster_whose_port_was_taken_before_etcd_bound_it_starts_on_other_ports() {
     use k8s_openapi::api::core::v1::Namespace;
     use kube::Api;
-    use local_cluster::{LocalCluster, UpOptions};
+    use local_cluster::UpOptions;
 
-    if testing::uses_existing_cluster() {
-        testing::skipped(
-            "cluster::a_cluster_whose_port_was_taken_before_etcd_bound_it_starts_on_other_ports",
-            "it starts an etcd and an apiserver of its own on this machine, which a run against an existing cluster does not",
-        );
+    let Some(own) = OwnCluster::new(
+        "cluster::a_cluster_whose_port_was_taken_before_etcd_bound_it_starts_on_other_ports",
+        "port-race",
+    ) else {
         return;
-    }
-    /// Stops the test's cluster and removes its folder however the test ends.
-    struct Own(LocalCluster, std::path::PathBuf);
-    impl Drop for Own {
-        fn drop(&mut self) {
-            let _ = self.0.down();
-            let _ = std::fs::remove_dir_all(&self.1);
-        }
-    }
-    let dir = std::env::temp_dir().join(format!("sample-operator-port-race-{}", std::process::id()));
-    let own = Own(LocalCluster::new(dir.join("cluster")), dir.clone());
+    };
     // What another program does between our picking a free port and etcd binding it.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_port = taken.local_addr().unwrap().port();
@@ -286,7 +296,7 @@ async fn a_cluster_whose_port_was_taken_before_etcd_bound_it_starts_on_other_por
     };
 
     let state = own
-        .0
+        .cluster
         .up_picking_ports(
             UpOptions {
                 apiserver_only: true,
@@ -307,7 +317,7 @@ async fn a_cluster_whose_port_was_taken_before_etcd_bound_it_starts_on_other_por
         6,
         "three ports for each of two attempts: {picked:?}"
     );
-    let namespaces: Api<Namespace> = Api::all(own.0.client().await.unwrap());
+    let namespaces: Api<Namespace> = Api::all(own.cluster.client().await.unwrap());
     namespaces.get("default").await.expect("the apiserver answers");
     drop(taken);
 }
