@@ -6,6 +6,8 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::PostParams;
 use local_cluster::testing::{self, TestNamespace};
+
+use crate::support::ClusterOfItsOwn;
 use serde_json::json;
 
 #[tokio::test]
@@ -180,38 +182,6 @@ async fn etcd_answers_only_clients_with_a_certificate_of_its_own_ca() {
     }
 }
 
-/// A cluster of a test's own, etcd and apiserver in a temporary folder: stopped and its folder
-/// removed however the test ends.
-struct OwnCluster {
-    cluster: local_cluster::LocalCluster,
-    dir: std::path::PathBuf,
-}
-
-impl OwnCluster {
-    /// `None`, said as a skip of `test`, in a run against an existing cluster.
-    fn new(test: &str, name: &str) -> Option<Self> {
-        if testing::uses_existing_cluster() {
-            testing::skipped(
-                test,
-                "it starts an etcd and an apiserver of its own on this machine, which a run against an existing cluster does not",
-            );
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!("sample-operator-{name}-{}", std::process::id()));
-        Some(Self {
-            cluster: local_cluster::LocalCluster::new(dir.join("cluster")),
-            dir,
-        })
-    }
-}
-
-impl Drop for OwnCluster {
-    fn drop(&mut self) {
-        let _ = self.cluster.down();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// The sharded benchmark creates each size's Foos once and starts every run from them: a
 /// cluster started from the etcd data another one kept holds what that one held, and what a
 /// run adds stays out of the kept data, so the next run starts from the same objects.
@@ -221,7 +191,7 @@ async fn a_cluster_started_from_kept_etcd_data_holds_what_the_first_one_held() {
     use kube::Api;
     use local_cluster::UpOptions;
 
-    let Some(own) = OwnCluster::new(
+    let Some(own) = ClusterOfItsOwn::new(
         "cluster::a_cluster_started_from_kept_etcd_data_holds_what_the_first_one_held",
         "kept-etcd",
     ) else {
@@ -275,7 +245,7 @@ async fn a_cluster_whose_port_was_taken_before_etcd_bound_it_starts_on_other_por
     use kube::Api;
     use local_cluster::UpOptions;
 
-    let Some(own) = OwnCluster::new(
+    let Some(own) = ClusterOfItsOwn::new(
         "cluster::a_cluster_whose_port_was_taken_before_etcd_bound_it_starts_on_other_ports",
         "port-race",
     ) else {

@@ -29,7 +29,7 @@ use sample_operator_api::Foo;
 
 use crate::foo::new_foo;
 use crate::leader::WriteLog;
-use crate::support::{all_crds, config, metric_sum};
+use crate::support::{ClusterOfItsOwn, all_crds, config, metric_sum};
 
 const RING: &str = "shards";
 
@@ -832,47 +832,25 @@ async fn without_the_feature_gate_sharded_replicas_filter_on_their_side() {
 /// folder and lock file, however the test ends.
 struct ApiserverOfItsOwn {
     config: kube::Config,
-    cluster: local_cluster::LocalCluster,
-    dir: std::path::PathBuf,
+    _own: ClusterOfItsOwn,
 }
 
 impl ApiserverOfItsOwn {
     /// `None` (the test skipped, and said why) against an existing cluster.
     async fn start(name: &str, options: local_cluster::UpOptions<'_>) -> Option<Self> {
-        if testing::uses_existing_cluster() {
-            testing::skipped(
-                name,
-                "it starts an apiserver of its own on this machine, which a run against an existing cluster does not",
-            );
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!("sample-operator-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cluster = local_cluster::LocalCluster::new(dir.join("cluster"));
-        let mut own = Self {
-            config: kube::Config::new("http://127.0.0.1:9".parse().unwrap()),
-            cluster: cluster.clone(),
-            dir,
-        };
-        cluster
+        let own = ClusterOfItsOwn::new(name, name)?;
+        own.cluster
             .up_with(local_cluster::UpOptions {
                 apiserver_only: true,
                 ..options
             })
             .await
             .expect("an apiserver of the test's own starts");
-        own.config = cluster.config().await.unwrap();
-        let admin = Client::try_from(own.config.clone()).unwrap();
+        let config = own.cluster.config().await.unwrap();
+        let admin = Client::try_from(config.clone()).unwrap();
         testing::install_crds(&admin, &all_crds())
             .await
             .expect("CRDs install");
-        Some(own)
-    }
-}
-
-impl Drop for ApiserverOfItsOwn {
-    fn drop(&mut self) {
-        let _ = self.cluster.down();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        Some(Self { config, _own: own })
     }
 }

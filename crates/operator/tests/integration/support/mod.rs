@@ -370,3 +370,37 @@ pub async fn assert_conflict_backs_off_and_ends_at_once<R, T>(
         "the {what} took the name {taken:?} after the blocking object was removed"
     );
 }
+
+/// A cluster of a test's own in a temporary folder, for what the shared one cannot show (how
+/// one starts, an apiserver with other settings): stopped and its folder removed however the
+/// test ends.
+pub struct ClusterOfItsOwn {
+    pub cluster: local_cluster::LocalCluster,
+    pub dir: std::path::PathBuf,
+}
+
+impl ClusterOfItsOwn {
+    /// `None`, said as a skip of `test`, in a run against an existing cluster.
+    pub fn new(test: &str, name: &str) -> Option<Self> {
+        if testing::uses_existing_cluster() {
+            testing::skipped(
+                test,
+                "it starts an etcd and an apiserver of its own on this machine, which a run against an existing cluster does not",
+            );
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("sample-operator-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Some(Self {
+            cluster: local_cluster::LocalCluster::new(dir.join("cluster")),
+            dir,
+        })
+    }
+}
+
+impl Drop for ClusterOfItsOwn {
+    fn drop(&mut self) {
+        let _ = self.cluster.down();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
