@@ -774,42 +774,52 @@ async fn nothing_a_pod_sends_leaves_through_the_host_and_no_image_is_pulled() {
             device,
         ])
         .await;
-        let (sent, dropped) = (probe.sent(), guard_drops("iptables", &bridge));
-        let ping = testing::kubectl(&[
-            "exec",
-            "-n",
-            &ns.name,
-            "sender",
-            "--",
-            "sh",
-            "-c",
-            &format!("ping -c 3 -W 1 {PROBE_ADDRESS} 2>&1; echo exit=$?"),
-        ])
-        .await;
-        assert!(ping.trim().ends_with("exit=1"), "no reply by {device}: {ping}");
-        assert_eq!(
-            probe.sent(),
-            sent,
-            "nothing reached the probe by {device} ({bridge})"
-        );
-        // busybox: "3 packets transmitted, 0 packets received, 100% packet loss".
-        let transmitted: u64 = ping
-            .split(" packets transmitted")
-            .next()
-            .and_then(|head| head.split_whitespace().last())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no count of packets sent by {device}: {ping}"));
-        let dropped = guard_drops("iptables", &bridge) - dropped;
-        if transmitted < 1 || dropped < transmitted {
-            // What the Pod knew of its next hop and what the host counted, for a rare failure
-            // seen once under load and not reproduced since.
+        // Each ping must go unanswered and reach nothing; when the guard counts fewer than were
+        // sent, the Pod pings again (three tries). Twice in many runs under load the guard
+        // counted the first ping only, and FORWARD did not see the other two either: they never
+        // reached the host's forwarding (the Pod's next hop showed 4 ARP probes), so the short
+        // count said nothing about the guard.
+        let mut short = Vec::new();
+        loop {
+            let (sent, dropped) = (probe.sent(), guard_drops("iptables", &bridge));
+            let ping = testing::kubectl(&[
+                "exec",
+                "-n",
+                &ns.name,
+                "sender",
+                "--",
+                "sh",
+                "-c",
+                &format!("ping -c 3 -W 1 {PROBE_ADDRESS} 2>&1; echo exit=$?"),
+            ])
+            .await;
+            assert!(ping.trim().ends_with("exit=1"), "no reply by {device}: {ping}");
+            assert_eq!(
+                probe.sent(),
+                sent,
+                "nothing reached the probe by {device} ({bridge})"
+            );
+            // busybox: "3 packets transmitted, 0 packets received, 100% packet loss".
+            let transmitted: u64 = ping
+                .split(" packets transmitted")
+                .next()
+                .and_then(|head| head.split_whitespace().last())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no count of packets sent by {device}: {ping}"));
+            let dropped = guard_drops("iptables", &bridge) - dropped;
+            if transmitted >= 1 && dropped >= transmitted {
+                break;
+            }
+            // What the Pod knew of its next hop and what the host counted.
             let neighbours = testing::kubectl(&["exec", "-n", &ns.name, "sender", "--", "ip", "neigh"]).await;
-            panic!(
+            short.push(format!(
                 "the guard dropped {dropped} packets from {bridge}, not the {transmitted} pings sent: {ping}\n\
                  the Pod's neighbours: {neighbours}\nthe guard: {}\nFORWARD: {}",
                 host(&["iptables", "-v", "-x", "-n", "-L", "SAMPLE-OPERATOR-NODE"]),
                 host(&["iptables", "-v", "-x", "-n", "-L", "FORWARD"]),
-            );
+            ));
+            eprintln!("pinging again by {device}: {}", short.last().unwrap());
+            assert!(short.len() < 3, "{}", short.join("\n\n"));
         }
         // The same rule stands in the IPv6 firewall.
         guard_drops("ip6tables", &bridge);
