@@ -35,9 +35,6 @@ pub const NODES: usize = 3;
 /// starts a new one in its place.
 const REUSE_PATIENCE: Duration = Duration::from_secs(90);
 
-/// How many times `up` starts the cluster when a component finds its port taken.
-pub const PORT_ATTEMPTS: u32 = 3;
-
 /// The annotation that marks the nodes kwok plays.
 const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 
@@ -247,7 +244,7 @@ impl LocalCluster {
     /// [`up_with`](Self::up_with), taking each component's port from `pick` (a free one in
     /// `up_with`). A port is free when picked but the component binds it later, so another
     /// program can take it in between: then the cluster is started again on ports picked anew,
-    /// up to [`PORT_ATTEMPTS`] times. A test picks a taken port to see that happen.
+    /// up to [`PORT_ATTEMPTS`](crate::process::PORT_ATTEMPTS) times. A test picks a taken port to see that happen.
     #[doc(hidden)]
     pub async fn up_picking_ports(
         &self,
@@ -287,9 +284,7 @@ impl LocalCluster {
             }
             return Ok(state);
         }
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
+        crate::process::on_free_ports(async || {
             // Whatever is left of an earlier cluster (a crash, a reboot, the attempt before) is
             // stopped and wiped.
             self.wipe()?;
@@ -308,13 +303,9 @@ impl LocalCluster {
                     component.stop(Duration::from_secs(5));
                 }
             }
-            match result {
-                Err(e) if e.port_taken() && attempt < PORT_ATTEMPTS => {
-                    tracing::warn!(error = %e, attempt, "a port was taken before its component bound it; starting again on other ports");
-                }
-                result => return result,
-            }
-        }
+            result
+        })
+        .await
     }
 
     /// The real node's handle (whether or not one runs).

@@ -159,9 +159,7 @@ impl OpenStack {
         }
         // A port picked free can be taken before its server binds it: then everything is
         // started again on other ports, as the cluster's `up` does.
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
+        crate::process::on_free_ports(async || {
             self.stop_recorded();
             let dir = self.dir();
             if dir.exists() {
@@ -172,19 +170,15 @@ impl OpenStack {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
                 .map_err(|e| Error::io(&dir, e))?;
             let mut started = Vec::new();
-            match self.start(&venvs, &mut started).await {
-                Ok(state) => return Ok(state),
-                Err(e) => {
-                    for component in started.iter().rev() {
-                        component.stop(Duration::from_secs(10));
-                    }
-                    if !(e.port_taken() && attempt < crate::cluster::PORT_ATTEMPTS) {
-                        return Err(e);
-                    }
-                    tracing::warn!(error = %e, attempt, "a port was taken before its server bound it; starting again on other ports");
+            let result = self.start(&venvs, &mut started).await;
+            if result.is_err() {
+                for component in started.iter().rev() {
+                    component.stop(Duration::from_secs(10));
                 }
             }
-        }
+            result
+        })
+        .await
     }
 
     async fn start(&self, venvs: &Venvs, started: &mut Vec<Component>) -> Result<OpenStackState> {

@@ -156,6 +156,25 @@ pub fn free_port() -> Result<u16> {
     Ok(port)
 }
 
+/// How many times [`on_free_ports`] starts something whose component found its port taken.
+pub const PORT_ATTEMPTS: u32 = 3;
+
+/// Runs `start` (which picks its ports with [`free_port`] and stops what it started when it
+/// fails) again while a component died because its port was taken between the pick and its
+/// bind, up to [`PORT_ATTEMPTS`] times in all.
+pub(crate) async fn on_free_ports<T>(mut start: impl AsyncFnMut() -> Result<T>) -> Result<T> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match start().await {
+            Err(e) if e.port_taken() && attempt < PORT_ATTEMPTS => {
+                tracing::warn!(error = %e, attempt, "a port was taken before its component bound it; starting again on other ports");
+            }
+            result => return result,
+        }
+    }
+}
+
 /// A command that could not be started or did not succeed, with what it wrote to stderr.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {

@@ -6,9 +6,9 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::PostParams;
 use local_cluster::testing::{self, TestNamespace};
+use serde_json::json;
 
 use crate::support::ClusterOfItsOwn;
-use serde_json::json;
 
 #[tokio::test]
 async fn a_deployment_of_three_replicas_becomes_available() {
