@@ -31,7 +31,10 @@ use anyhow::{Context, Result, bail};
 use local_cluster::{LocalCluster, State, UpOptions, paths, toolchain};
 
 use contender::Contenders;
-use model::{Contender, FreshStart, Meta, Results, RunResult, RunSpec, Scenario, UNTUNED_MAX_N, runs_once};
+use model::{
+    Contender, FreshStart, Meta, OperatorBuild, Results, RunResult, RunSpec, Scenario, UNTUNED_MAX_N,
+    runs_once,
+};
 pub use profile::ProfileArgs;
 pub use profile::run as run_profile;
 use run::RunOptions;
@@ -184,9 +187,14 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         .collect();
     println!("== {} runs planned, {} to run", plan.len(), todo.len());
 
-    let contenders = Contenders::prepare(&args.contenders, args.operator_binary.as_deref())?;
+    let ours = match args.contenders.iter().any(|c| c.is_ours()) {
+        true => Some(operator_binary(args.operator_binary.as_deref())?),
+        false => None,
+    };
+    let contenders = Contenders::prepare(&args.contenders, ours.as_ref().map(|(path, _)| path.as_path()))?;
+    let build = ours.map(|(_, build)| build);
     let cluster = LocalCluster::new(paths::repo_root().join(".cluster-bench"));
-    let outcome = run_plan(&cluster, &contenders, &args, &todo, previous, &out).await;
+    let outcome = run_plan(&cluster, &contenders, &args, build, &todo, previous, &out).await;
     if !args.keep_cluster {
         cluster.down().context("stopping the benchmark cluster")?;
     }
@@ -254,6 +262,7 @@ async fn run_plan(
     cluster: &LocalCluster,
     contenders: &Contenders,
     args: &BenchArgs,
+    build: Option<OperatorBuild>,
     plan: &[(usize, RunSpec)],
     previous: Option<Results>,
     out: &Path,
@@ -265,7 +274,7 @@ async fn run_plan(
     };
     let (mut env, state, mut fresh_start) = start_cluster(cluster, contenders, &options).await?;
     run::delete_leftovers(&env.client).await?;
-    let meta = describe(args, &state.kubernetes_version).await;
+    let meta = describe(args, &state.kubernetes_version, build).await;
     let mut results = match previous {
         Some(mut previous) => {
             if previous.meta.kubernetes_version != meta.kubernetes_version {
@@ -281,6 +290,9 @@ async fn run_plan(
                 if !previous.meta.commits.contains(&commit) {
                     previous.meta.commits.push(commit);
                 }
+            }
+            for build in &meta.operator_builds {
+                OperatorBuild::record(&mut previous.meta.operator_builds, build);
             }
             previous.meta.other_cluster_running |= meta.other_cluster_running;
             previous
@@ -332,7 +344,7 @@ async fn run_plan(
 }
 
 /// Where and how this benchmark runs, for the report's notes.
-async fn describe(args: &BenchArgs, kubernetes_version: &str) -> Meta {
+async fn describe(args: &BenchArgs, kubernetes_version: &str, build: Option<OperatorBuild>) -> Meta {
     Meta {
         date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         machine: machine(),
@@ -348,7 +360,42 @@ async fn describe(args: &BenchArgs, kubernetes_version: &str) -> Meta {
         steady_window_seconds: args.steady_window.as_secs(),
         other_cluster_running: LocalCluster::default().is_healthy().await,
         commits: vec![operator_commit()],
+        operator_builds: build.into_iter().collect(),
     }
+}
+
+/// The binary of ours a benchmark measures and what it is: the one given, or else this
+/// checkout's as the image ships it (release, linked statically against musl), because that is
+/// the build production runs; the host's glibc build holds 2.0 to 2.5 MiB more in every replica
+/// (docs/benchmark.md, "What every replica pays").
+fn operator_binary(given: Option<&Path>) -> Result<(PathBuf, OperatorBuild)> {
+    let (path, source) = match given {
+        Some(path) => (path.to_owned(), format!("given: {}", path.display())),
+        None => {
+            println!("== building sample-operator as the image does (release, static, musl)");
+            let path = crate::cargo_build::operator_static("release", true)?;
+            let source = format!("the image's build of {}", operator_commit());
+            (path, source)
+        }
+    };
+    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok((
+        path,
+        OperatorBuild {
+            sha256: sha256_prefix(&bytes),
+            source,
+        },
+    ))
+}
+
+/// The first 16 hexadecimal digits of `bytes`' SHA-256: enough to tell builds apart.
+fn sha256_prefix(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The commit of the operator being measured, `-dirty` when its sources have uncommitted
@@ -589,6 +636,7 @@ mod tests {
             steady_window_seconds: taken.steady_window.as_secs(),
             other_cluster_running: false,
             commits: vec![],
+            operator_builds: vec![],
         };
         assert!(check_resumable(&args("--preset quick"), &meta, "here").is_ok());
         let error =
@@ -726,6 +774,19 @@ mod tests {
             error.to_string().contains("--concurrency-of ours=128;"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_binary_is_told_by_the_start_of_its_sha256() {
+        // FIPS 180-2's first example.
+        assert_eq!(sha256_prefix(b"abc"), "ba7816bf8f01cfea");
+        let path = std::env::temp_dir().join(format!("operator-binary-{}", std::process::id()));
+        std::fs::write(&path, b"abc").unwrap();
+        let (given, build) = operator_binary(Some(&path)).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(given, path);
+        assert_eq!(build.sha256, "ba7816bf8f01cfea");
+        assert_eq!(build.source, format!("given: {}", path.display()));
     }
 
     #[test]

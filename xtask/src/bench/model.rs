@@ -459,6 +459,38 @@ pub struct Meta {
     /// `git describe` of the operator measured, one per sitting of a resumed benchmark.
     #[serde(default)]
     pub commits: Vec<String>,
+    /// The binaries of ours measured, one per sitting that ran another; empty before they were
+    /// recorded (2026-11-30), when only the checkout's commit was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operator_builds: Vec<OperatorBuild>,
+}
+
+/// Which binary of our operator a benchmark measured: the checkout's commit says what the
+/// benchmark's code was, not what `--operator-binary` ran.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorBuild {
+    /// The first 16 hexadecimal digits of the binary's SHA-256.
+    pub sha256: String,
+    /// How it came: built by the benchmark (and from which commit), or given by its path.
+    pub source: String,
+}
+
+impl OperatorBuild {
+    /// Adds `build` to `builds` unless the same binary is there.
+    pub fn record(builds: &mut Vec<OperatorBuild>, build: &OperatorBuild) {
+        if !builds.iter().any(|b| b.sha256 == build.sha256) {
+            builds.push(build.clone());
+        }
+    }
+
+    /// For a report: `` `0123…` (how it came) ``, joined with "; ".
+    pub fn describe(builds: &[OperatorBuild]) -> String {
+        let each: Vec<String> = builds
+            .iter()
+            .map(|b| format!("`{}` ({})", b.sha256, b.source))
+            .collect();
+        each.join("; ")
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

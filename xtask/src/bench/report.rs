@@ -9,7 +9,9 @@ use anyhow::{Context, Result};
 
 use super::apiserver::{by_verb, is_write};
 use super::chart;
-use super::model::{Contender, Meta, Results, RunResult, RunSpec, Scenario, Spread, capitalised, mib};
+use super::model::{
+    Contender, Meta, OperatorBuild, Results, RunResult, RunSpec, Scenario, Spread, capitalised, mib,
+};
 
 /// Writes results.json with one run a line: compact, and still a readable diff between runs.
 pub fn save(out: &Path, results: &Results) -> Result<()> {
@@ -778,6 +780,16 @@ fn best_peer<'a, 'b>(
 
 /// Which contenders ran at a concurrency of their own (`--concurrency-of`) instead of the one
 /// the tuned peers' note gives; `None` when none did.
+/// Which binaries of ours were measured, when the results recorded them.
+fn builds_note(meta: &Meta) -> Option<String> {
+    (!meta.operator_builds.is_empty()).then(|| {
+        format!(
+            "- Our operator's binary, by the start of its SHA-256: {}.",
+            OperatorBuild::describe(&meta.operator_builds)
+        )
+    })
+}
+
 fn concurrency_of_note(meta: &Meta) -> Option<String> {
     if meta.concurrency_of.is_empty() {
         return None;
@@ -882,6 +894,9 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
                 list.join(", ")
             );
         }
+    }
+    if let Some(note) = builds_note(meta) {
+        let _ = writeln!(md, "{note}");
     }
     if let Some(missing) = missing_runs(results, plan) {
         md.push_str("\nNot all runs are in yet (`cargo xtask bench --resume` takes the rest):\n\n");
@@ -1411,6 +1426,29 @@ mod tests {
              scenario, in place of 16: sample-operator (ours) at 128, controller-runtime tuned (Go) at 16."
         );
         assert_eq!(concurrency_of_note(&Meta::default()), None);
+    }
+
+    #[test]
+    fn the_notes_name_each_binary_of_ours_measured() {
+        assert_eq!(builds_note(&Meta::default()), None);
+        let meta = Meta {
+            operator_builds: vec![
+                OperatorBuild {
+                    sha256: "0123456789abcdef".into(),
+                    source: "the image's build of e7ed945".into(),
+                },
+                OperatorBuild {
+                    sha256: "fedcba9876543210".into(),
+                    source: "given: /tmp/sample-operator".into(),
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            builds_note(&meta).unwrap(),
+            "- Our operator's binary, by the start of its SHA-256: `0123456789abcdef` (the image's build of \
+             e7ed945); `fedcba9876543210` (given: /tmp/sample-operator)."
+        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ use local_cluster::process::free_port;
 use local_cluster::{Component, LocalCluster, UpOptions, paths};
 use serde::{Deserialize, Serialize};
 
-use super::model::Spread;
+use super::model::{OperatorBuild, Spread};
 use super::tracker::Outcome;
 use super::{Preset, apiserver, parse_duration, proc_stats};
 
@@ -190,6 +190,10 @@ pub struct Meta {
     /// etcd data holding them (from 2026-11-30 on); before, every run created its own.
     #[serde(default)]
     pub kept_foos: bool,
+    /// The binaries measured, one per sitting that ran another; empty before they were
+    /// recorded (2026-11-30).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operator_builds: Vec<OperatorBuild>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -241,13 +245,7 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
         }
     }
     println!("== {} runs planned, {} to run", plan.len(), todo.len());
-    let operator = match &args.operator_binary {
-        Some(binary) => binary.clone(),
-        None => {
-            println!("== building sample-operator (release)");
-            crate::cargo_build::operator("release", true)?
-        }
-    };
+    let (operator, build) = super::operator_binary(args.operator_binary.as_deref())?;
     let quotas = Quotas::prepare(args.cpu_per_replica, args.memory_mib_per_replica)?;
     // Taken once the binary is built: what is measured is that build, whatever is committed
     // while the runs go on. A resumed benchmark keeps the date it began.
@@ -268,8 +266,11 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
     results.meta.cpu_per_replica = args.cpu_per_replica;
     results.meta.memory_mib_per_replica = args.memory_mib_per_replica;
     let commit = super::operator_commit();
-    if !todo.is_empty() && !results.meta.commits.contains(&commit) {
-        results.meta.commits.push(commit);
+    if !todo.is_empty() {
+        if !results.meta.commits.contains(&commit) {
+            results.meta.commits.push(commit);
+        }
+        OperatorBuild::record(&mut results.meta.operator_builds, &build);
     }
     let cluster = LocalCluster::new(paths::repo_root().join(".cluster-bench"));
     // The Foos of each size are created once, and every run starts from a copy of the etcd
@@ -740,7 +741,7 @@ pub fn markdown(results: &ShardedResults) -> String {
     let mut text = format!(
         "{SECTION_HEADING}\n\n\
          Our Foo controller as N replicas with `--sharding` (`cargo xtask bench-sharded`), measured \
-         from {}{} on {}, Kubernetes {}, operator at {}. Each sharded replica runs in cgroups of its own with a \
+         from {}{} on {}, Kubernetes {}, operator at {}{}. Each sharded replica runs in cgroups of its own with a \
          CPU quota of {} cores and a memory cap of {} MiB, standing for a machine of its own; {}, \
          then starts all its replicas at once. \"Filtered by the apiserver\" runs with `ShardedListAndWatch` on (each \
          replica is sent its own Foos), \"filtered by each replica\" with it off (each is sent every \
@@ -759,6 +760,13 @@ pub fn markdown(results: &ShardedResults) -> String {
         meta.machine,
         meta.kubernetes_version,
         meta.commits.join(", "),
+        match meta.operator_builds.as_slice() {
+            [] => String::new(),
+            builds => format!(
+                " (its binary by the start of its SHA-256: {})",
+                OperatorBuild::describe(builds)
+            ),
+        },
         meta.cpu_per_replica,
         meta.memory_mib_per_replica,
         if meta.kept_foos {
@@ -1077,6 +1085,39 @@ mod tests {
         assert!(
             markdown(&results(&meta))
                 .contains("measured from 2026-11-30 00:00 UTC to 2026-12-01 02:00 UTC on")
+        );
+    }
+
+    #[test]
+    fn the_section_names_the_binary_measured_when_it_was_recorded() {
+        let mut meta = Meta {
+            commits: vec!["e7ed945".into()],
+            ..Meta::default()
+        };
+        let text = |meta: &Meta| {
+            markdown(&ShardedResults {
+                meta: meta.clone(),
+                runs: Vec::new(),
+            })
+        };
+        assert!(
+            text(&meta).contains("operator at e7ed945. Each"),
+            "{}",
+            text(&meta)
+        );
+        let build = OperatorBuild {
+            sha256: "0123456789abcdef".into(),
+            source: "given: /tmp/sample-operator".into(),
+        };
+        OperatorBuild::record(&mut meta.operator_builds, &build);
+        OperatorBuild::record(&mut meta.operator_builds, &build);
+        assert!(
+            text(&meta).contains(
+                "operator at e7ed945 (its binary by the start of its SHA-256: `0123456789abcdef` \
+                 (given: /tmp/sample-operator)). Each"
+            ),
+            "{}",
+            text(&meta)
         );
     }
 
