@@ -750,11 +750,29 @@ pub fn go_area(function: &str) -> &'static str {
 fn write_report(out: &Path, profile: &Profile) -> Result<()> {
     std::fs::create_dir_all(out)?;
     let path = out.join(REPORT_FILE);
-    std::fs::write(&path, markdown(profile)).with_context(|| format!("writing {}", path.display()))
+    let method = method_link(&paths::repo_root(), out);
+    std::fs::write(&path, markdown(profile, &method)).with_context(|| format!("writing {}", path.display()))
 }
 
-/// PROFILE.md.
-pub fn markdown(p: &Profile) -> String {
+/// The link from PROFILE.md in `folder` to the method in bench/README.md of the repository at
+/// `root`, relative so that it resolves wherever the report is written (bench/ itself, or a
+/// sitting's folder below it).
+fn method_link(root: &Path, folder: &Path) -> String {
+    let inside: Vec<_> = match folder.strip_prefix(root) {
+        Ok(inside) => inside.components().collect(),
+        // Outside the repository: named from its root.
+        Err(_) => return format!("{}/bench/README.md#profile", root.display()),
+    };
+    match inside.split_first() {
+        Some((first, below)) if first.as_os_str() == "bench" => {
+            format!("{}README.md#profile", "../".repeat(below.len()))
+        }
+        _ => format!("{}bench/README.md#profile", "../".repeat(inside.len())),
+    }
+}
+
+/// PROFILE.md, whose link to the method is `method`.
+pub fn markdown(p: &Profile, method: &str) -> String {
     let mut md = String::new();
     let (title, name) = if p.contender.is_ours() {
         ("our operator".to_owned(), "sample-operator")
@@ -763,7 +781,7 @@ pub fn markdown(p: &Profile) -> String {
     };
     md.push_str(&format!("# Where the CPU goes: {title} converging a backlog\n\n"));
     md.push_str(&format!(
-        "Written by `cargo xtask bench-profile --contender {}` ([the method](README.md#profile)); \
+        "Written by `cargo xtask bench-profile --contender {}` ([the method]({method})); \
          measured {} on {}, Kubernetes {}, operator at {}.\n\n",
         p.contender
             .to_possible_value()
@@ -973,6 +991,21 @@ mod tests {
     }
 
     #[test]
+    fn the_link_to_the_method_resolves_from_where_the_report_is_written() {
+        let root = Path::new("/repo");
+        assert_eq!(method_link(root, Path::new("/repo/bench")), "README.md#profile");
+        assert_eq!(
+            method_link(root, Path::new("/repo/bench/sittings/2026-11-30-profile-10k")),
+            "../../README.md#profile"
+        );
+        assert_eq!(method_link(root, Path::new("/repo/profiles")), "../bench/README.md#profile");
+        assert_eq!(
+            method_link(root, Path::new("/elsewhere")),
+            "/repo/bench/README.md#profile"
+        );
+    }
+
+    #[test]
     fn the_report_gives_each_area_its_share_and_cpu_and_the_requests_per_foo() {
         let profile = Profile {
             n: 1000,
@@ -985,7 +1018,7 @@ mod tests {
             requests: BTreeMap::from([("POST deployments".into(), 1000)]),
             ..Profile::default()
         };
-        let md = markdown(&profile);
+        let md = markdown(&profile, "README.md#profile");
         assert!(md.contains("| allocator (jemalloc) | 25.0% | 2.5 s |"), "{md}");
         assert!(md.contains("| POST deployments | 1000 | 1.00 |"), "{md}");
         assert!(
@@ -1002,14 +1035,14 @@ mod tests {
             },
             ..profile
         };
-        let md = markdown(&stripped);
+        let md = markdown(&stripped, "README.md#profile");
         assert!(md.contains("94% of its samples name no function"), "{md}");
         assert!(md.contains("| allocator (jemalloc) | 25.0% | 2.5 s |"), "{md}");
         let ceiling = Profile {
             contender: Contender::CeilingOurs,
             ..stripped
         };
-        let md = markdown(&ceiling);
+        let md = markdown(&ceiling, "README.md#profile");
         assert!(
             md.starts_with("# Where the CPU goes: `ceiling, ours' three writes (plain client)`"),
             "{md}"
