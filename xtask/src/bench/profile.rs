@@ -998,7 +998,10 @@ mod tests {
             method_link(root, Path::new("/repo/bench/sittings/2026-11-30-profile-10k")),
             "../../README.md#profile"
         );
-        assert_eq!(method_link(root, Path::new("/repo/profiles")), "../bench/README.md#profile");
+        assert_eq!(
+            method_link(root, Path::new("/repo/profiles")),
+            "../bench/README.md#profile"
+        );
         assert_eq!(
             method_link(root, Path::new("/elsewhere")),
             "/repo/bench/README.md#profile"

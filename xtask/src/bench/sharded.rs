@@ -832,8 +832,8 @@ pub fn markdown(results: &ShardedResults) -> String {
             && let Some(idle) = memory_ratio(results, n, most, |r| r.idle_rss_bytes)
         {
             text.push_str(&format!(
-                "\nMemory of the largest of {most} replicas against one sharded replica's: {peak:.2} \
-                 at its peak, {idle:.2} once idle"
+                "\nMemory of the largest of {most} replicas against one sharded replica's: {peak:.3} \
+                 at its peak, {idle:.3} once idle"
             ));
             let recorded = results
                 .runs
@@ -844,7 +844,7 @@ pub fn markdown(results: &ShardedResults) -> String {
             if recorded && let Some(anon) = memory_ratio(results, n, most, |r| r.idle_anon_bytes.unwrap_or(0))
             {
                 text.push_str(&format!(
-                    ", {anon:.2} in anonymous memory once idle (without the binary's own pages)"
+                    ", {anon:.3} in anonymous memory once idle (without the binary's own pages)"
                 ));
             }
             text.push_str(".\n");
@@ -1165,7 +1165,7 @@ mod tests {
         assert!(text.contains("| 250 (0.25) | 250–250 |"), "{text}");
         assert!(
             text.contains(
-                "against one sharded replica's: 0.32 at its peak, 0.29 once idle, 0.11 in \
+                "against one sharded replica's: 0.320 at its peak, 0.290 once idle, 0.113 in \
                  anonymous memory once idle (without the binary's own pages)."
             ),
             "{text}"
