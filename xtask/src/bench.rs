@@ -139,8 +139,8 @@ pub struct BenchArgs {
     /// Only render RESULTS.md and converged.png again from the results.json in `--out`.
     #[arg(long)]
     report_only: bool,
-    /// Measure this sample-operator binary instead of building the release one (a smoke test
-    /// runs the debug build it already has; its numbers mean nothing then).
+    /// Measure this sample-operator binary instead of building the image's (release, static,
+    /// musl; a smoke test runs the debug build it already has; its numbers mean nothing then).
     #[arg(long)]
     operator_binary: Option<PathBuf>,
     /// Leave the benchmark's cluster running afterwards (in .cluster-bench/).

@@ -80,7 +80,7 @@ pub struct ShardedArgs {
     /// Only render the section and the plot again from sharded.json.
     #[arg(long)]
     report_only: bool,
-    /// Measure this sample-operator binary instead of building the release one.
+    /// Measure this sample-operator binary instead of building the image's (release, static, musl).
     #[arg(long)]
     operator_binary: Option<PathBuf>,
     /// Go on with the sharded.json in `--out`: rows it already has enough runs of are skipped.
