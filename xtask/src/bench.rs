@@ -187,10 +187,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         .collect();
     println!("== {} runs planned, {} to run", plan.len(), todo.len());
 
-    let ours = match args.contenders.iter().any(|c| c.is_ours()) {
-        true => Some(operator_binary(args.operator_binary.as_deref())?),
-        false => None,
-    };
+    let ours = (args.contenders.iter().any(|c| c.is_ours()))
+        .then(|| operator_binary(args.operator_binary.as_deref()))
+        .transpose()?;
     let contenders = Contenders::prepare(&args.contenders, ours.as_ref().map(|(path, _)| path.as_path()))?;
     let build = ours.map(|(_, build)| build);
     let cluster = LocalCluster::new(paths::repo_root().join(".cluster-bench"));

@@ -778,8 +778,6 @@ fn best_peer<'a, 'b>(
         .map(|(g, _)| g)
 }
 
-/// Which contenders ran at a concurrency of their own (`--concurrency-of`) instead of the one
-/// the tuned peers' note gives; `None` when none did.
 /// Which binaries of ours were measured, when the results recorded them.
 fn builds_note(meta: &Meta) -> Option<String> {
     (!meta.operator_builds.is_empty()).then(|| {
@@ -790,6 +788,8 @@ fn builds_note(meta: &Meta) -> Option<String> {
     })
 }
 
+/// Which contenders ran at a concurrency of their own (`--concurrency-of`) instead of the one
+/// the tuned peers' note gives; `None` when none did.
 fn concurrency_of_note(meta: &Meta) -> Option<String> {
     if meta.concurrency_of.is_empty() {
         return None;
