@@ -365,8 +365,8 @@ async fn describe(args: &BenchArgs, kubernetes_version: &str, build: Option<Oper
 
 /// The binary of ours a benchmark measures and what it is: the one given, or else this
 /// checkout's as the image ships it (release, linked statically against musl), because that is
-/// the build production runs; the host's glibc build holds 2.0 to 2.5 MiB more in every replica
-/// (docs/benchmark.md, "What every replica pays").
+/// the build production runs, and the host's glibc build holds more memory (docs/benchmark.md,
+/// "What every replica pays").
 fn operator_binary(given: Option<&Path>) -> Result<(PathBuf, OperatorBuild)> {
     let (path, source) = match given {
         Some(path) => (path.to_owned(), format!("given: {}", path.display())),
