@@ -32,7 +32,7 @@ use local_cluster::{LocalCluster, State, UpOptions, paths, toolchain};
 
 use contender::Contenders;
 use model::{
-    Contender, FreshStart, Meta, OperatorBuild, Results, RunResult, RunSpec, Scenario, UNTUNED_MAX_N,
+    Block, Contender, FreshStart, Meta, OperatorBuild, Results, RunResult, RunSpec, Scenario, UNTUNED_MAX_N,
     runs_once,
 };
 pub use profile::ProfileArgs;
@@ -166,14 +166,26 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         let results = report::load(&out)?;
         return report::write(&out, &results, &plan(&args));
     }
+    let plan = plan(&args);
     let previous = if args.resume {
-        let previous = report::load(&out).context("--resume needs the results.json of an earlier run")?;
-        check_resumable(&args, &previous.meta, &machine())?;
+        let mut previous = report::load(&out).context("--resume needs the results.json of an earlier run")?;
+        check_resumable(&args, &previous.meta)?;
+        let here = machine();
+        let dropped = keep_comparable(&mut previous, &plan, &here);
+        if !dropped.is_empty() {
+            println!(
+                "== this machine is not the one that began {}; they run again here, whole",
+                dropped
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
         Some(previous)
     } else {
         None
     };
-    let plan = plan(&args);
     let done = |spec: &RunSpec| {
         previous
             .as_ref()
@@ -305,13 +317,15 @@ async fn run_plan(
     // objects behind (a large one does: the next run starts on a fresh cluster).
     let mut pristine = true;
     let mut leftovers = false;
+    let here = machine();
     for (done, (index, spec)) in plan.iter().enumerate() {
         println!("== run {}/{}: {spec}", done + 1, plan.len());
-        // A capped run is the same at every planned N above the cap: it runs once.
+        // A capped run is the same at every planned N above the cap: it runs once (on each
+        // machine, as blocks compare runs of one machine).
         let same = results
             .runs
             .iter()
-            .find(|r| r.succeeded() && r.is_same_run(spec))
+            .find(|r| r.succeeded() && r.is_same_run(spec) && r.machine(&results.meta) == here)
             .cloned();
         let result = match same {
             Some(same) => same.reused_for(spec),
@@ -329,6 +343,7 @@ async fn run_plan(
                 // Only the first run on a cluster began on a fresh apiserver.
                 result.fresh_start = fresh_start.take();
                 result.machine_seconds = Some(machine_seconds);
+                result.machine = Some(here.clone());
                 result
             }
         };
@@ -419,15 +434,35 @@ fn operator_commit() -> String {
     }
 }
 
-/// Resumed runs must be the same benchmark as the ones they join.
-fn check_resumable(args: &BenchArgs, meta: &Meta, machine: &str) -> Result<()> {
-    // Rows compare runs of one machine only.
-    if meta.machine != machine {
-        bail!(
-            "cannot resume: results.json was taken on {}, and this machine is {machine}",
-            meta.machine
-        );
-    }
+/// Of a resumed benchmark's runs, keeps those that can still be compared with what runs on this
+/// machine (`here`): runs are compared within their block only, so a block begun on another
+/// machine counts only when it is whole. The runs of one that is not are dropped, to be taken
+/// again here in one go; returns the blocks that were.
+fn keep_comparable(results: &mut Results, plan: &[RunSpec], here: &str) -> Vec<Block> {
+    let whole = |block: Block| {
+        plan.iter()
+            .filter(|spec| spec.block() == block)
+            .all(|spec| results.runs.iter().any(|r| r.succeeded() && r.is_of(spec)))
+    };
+    let mut dropped: Vec<Block> = results
+        .runs
+        .iter()
+        .filter(|r| r.machine(&results.meta) != here)
+        .filter_map(RunResult::block)
+        .filter(|&block| !whole(block))
+        .collect();
+    dropped.sort_unstable();
+    dropped.dedup();
+    let meta = &results.meta;
+    results
+        .runs
+        .retain(|r| r.machine(meta) == here || r.block().is_none_or(|block| !dropped.contains(&block)));
+    dropped
+}
+
+/// Resumed runs must be the same benchmark as the ones they join. They may be taken on another
+/// machine ([`keep_comparable`] says which runs then count).
+fn check_resumable(args: &BenchArgs, meta: &Meta) -> Result<()> {
     // Results from before the sweep ran the ceiling at `--concurrency`.
     let swept = if meta.ceiling_concurrencies.is_empty() {
         vec![meta.concurrency]
@@ -637,20 +672,66 @@ mod tests {
             commits: vec![],
             operator_builds: vec![],
         };
-        assert!(check_resumable(&args("--preset quick"), &meta, "here").is_ok());
-        let error =
-            check_resumable(&args("--preset quick --fresh-cluster-from 100"), &meta, "here").unwrap_err();
+        assert!(check_resumable(&args("--preset quick"), &meta).is_ok());
+        let error = check_resumable(&args("--preset quick --fresh-cluster-from 100"), &meta).unwrap_err();
         assert!(error.to_string().contains("--fresh-cluster-from 500"), "{error}");
         // Nor join a sweep to runs that were not swept.
-        assert!(check_resumable(&args("--preset quick --sweep 16,64"), &meta, "here").is_err());
-        // Nor runs of another machine.
-        let error = check_resumable(&args("--preset quick"), &meta, "there").unwrap_err();
-        assert!(
-            error
-                .to_string()
-                .contains("taken on here, and this machine is there"),
-            "{error}"
+        assert!(check_resumable(&args("--preset quick --sweep 16,64"), &meta).is_err());
+    }
+
+    #[test]
+    fn a_block_begun_on_another_machine_runs_again_whole_and_a_whole_one_is_kept() {
+        let plan = plan(&args(
+            "--n 10,20 --repeats 2 --scenarios backlog --contenders ours,ceiling --ceiling-concurrencies 16",
+        ));
+        assert_eq!(plan.len(), 8);
+        let ran = |spec: &RunSpec, machine: Option<&str>| RunResult {
+            seconds: Some(1.0),
+            machine: machine.map(str::to_owned),
+            ..RunResult::new(spec)
+        };
+        // Repeat 1 of N = 10 whole, repeat 1 of N = 20 half, all on the first machine (whose
+        // early results did not record it); a run of repeat 2 of N = 10 here.
+        let mut results = Results {
+            meta: Meta {
+                machine: "there".into(),
+                ..Meta::default()
+            },
+            runs: vec![
+                ran(&plan[0], None),
+                ran(&plan[1], Some("there")),
+                ran(&plan[2], Some("there")),
+                ran(&plan[4], Some("here")),
+            ],
+        };
+        let dropped = keep_comparable(&mut results, &plan, "here");
+        assert_eq!(
+            dropped.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["backlog, N = 20, repeat 1"]
         );
+        let kept: Vec<String> = results
+            .runs
+            .iter()
+            .map(|r| r.block().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                "backlog, N = 10, repeat 1",
+                "backlog, N = 10, repeat 1",
+                "backlog, N = 10, repeat 2"
+            ]
+        );
+        // On the machine that began it, a half block is simply finished.
+        let mut results = Results {
+            meta: Meta {
+                machine: "there".into(),
+                ..Meta::default()
+            },
+            runs: vec![ran(&plan[2], None)],
+        };
+        assert!(keep_comparable(&mut results, &plan, "there").is_empty());
+        assert_eq!(results.runs.len(), 1);
     }
 
     #[test]
@@ -766,9 +847,8 @@ mod tests {
             steady_window_seconds: taken.steady_window.as_secs(),
             ..Meta::default()
         };
-        assert!(check_resumable(&taken, &meta, "here").is_ok());
-        let error =
-            check_resumable(&args("--preset quick --concurrency-of ours=64"), &meta, "here").unwrap_err();
+        assert!(check_resumable(&taken, &meta).is_ok());
+        let error = check_resumable(&args("--preset quick --concurrency-of ours=64"), &meta).unwrap_err();
         assert!(
             error.to_string().contains("--concurrency-of ours=128;"),
             "{error}"

@@ -232,6 +232,37 @@ pub struct RunSpec {
     pub concurrency: usize,
 }
 
+/// One repeat of one scenario and size: every contender's run of it, taken one after another.
+/// Contenders are compared within a block only, so a block is taken whole on one machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Block {
+    pub repeat: usize,
+    pub scenario: Scenario,
+    pub planned_n: usize,
+}
+
+impl fmt::Display for Block {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, N = {}, repeat {}",
+            self.scenario,
+            self.planned_n,
+            self.repeat + 1
+        )
+    }
+}
+
+impl RunSpec {
+    pub fn block(&self) -> Block {
+        Block {
+            repeat: self.repeat,
+            scenario: self.scenario,
+            planned_n: self.planned_n,
+        }
+    }
+}
+
 impl fmt::Display for RunSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -324,6 +355,10 @@ pub struct RunResult {
     /// recorded get the run's `--concurrency` when loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<usize>,
+    /// The machine the run was taken on; `None` in results from before it was recorded
+    /// (2026-11-30), which were all taken on their `meta.machine`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
 }
 
 impl RunResult {
@@ -341,6 +376,20 @@ impl RunResult {
 
     pub fn succeeded(&self) -> bool {
         self.seconds.is_some()
+    }
+
+    /// Where this run was taken: its own record, or else the machine of the results it is in.
+    pub fn machine<'a>(&'a self, meta: &'a Meta) -> &'a str {
+        self.machine.as_deref().unwrap_or(&meta.machine)
+    }
+
+    /// The block this run belongs to (see [`RunSpec::block`]).
+    pub fn block(&self) -> Option<Block> {
+        Some(Block {
+            repeat: self.repeat,
+            scenario: self.scenario?,
+            planned_n: self.planned_n,
+        })
     }
 
     /// Whether this run did what `spec` asks, though planned for another N (a capped run).
