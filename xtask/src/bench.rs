@@ -286,6 +286,7 @@ async fn run_plan(
     let (mut env, state, mut fresh_start) = start_cluster(cluster, contenders, &options).await?;
     run::delete_leftovers(&env.client).await?;
     let meta = describe(args, &state.kubernetes_version, build).await;
+    let here = meta.machine.clone();
     let mut results = match previous {
         Some(mut previous) => {
             if previous.meta.kubernetes_version != meta.kubernetes_version {
@@ -317,7 +318,6 @@ async fn run_plan(
     // objects behind (a large one does: the next run starts on a fresh cluster).
     let mut pristine = true;
     let mut leftovers = false;
-    let here = machine();
     for (done, (index, spec)) in plan.iter().enumerate() {
         println!("== run {}/{}: {spec}", done + 1, plan.len());
         // A capped run is the same at every planned N above the cap: it runs once (on each
