@@ -205,11 +205,36 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let contenders = Contenders::prepare(&args.contenders, ours.as_ref().map(|(path, _)| path.as_path()))?;
     let build = ours.map(|(_, build)| build);
     let cluster = LocalCluster::new(paths::repo_root().join(".cluster-bench"));
-    let outcome = run_plan(&cluster, &contenders, &args, build, &todo, previous, &out).await;
+    let outcome = until_stopped(run_plan(
+        &cluster,
+        &contenders,
+        &args,
+        build,
+        &todo,
+        previous,
+        &out,
+    ))
+    .await;
     if !args.keep_cluster {
         cluster.down().context("stopping the benchmark cluster")?;
     }
     outcome
+}
+
+/// `work`, unless the benchmark is asked to stop first (SIGINT or SIGTERM): `work` is then
+/// dropped, which stops the contender it runs, and the caller stops the cluster, so that an
+/// interrupted benchmark leaves nothing running. What ended before is saved as it ended.
+pub(crate) async fn until_stopped<T>(work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let stopped_by = tokio::select! {
+        outcome = work => return outcome,
+        _ = terminate.recv() => "SIGTERM",
+        _ = interrupt.recv() => "SIGINT",
+    };
+    println!("== stopped by {stopped_by}: stopping what runs; the runs that ended are saved");
+    bail!("stopped by {stopped_by}")
 }
 
 /// How long a fresh apiserver's CPU use is sampled, after the wait for it to go quiet.
@@ -565,8 +590,17 @@ fn plan(args: &BenchArgs) -> Vec<RunSpec> {
                 if repeat > 0 && runs_once(scenario) {
                     continue;
                 }
-                for offset in 0..contenders.len() {
-                    let contender = contenders[(repeat + offset) % contenders.len()];
+                let k = contenders.len();
+                for offset in 0..k {
+                    // Who goes first moves by one each repeat; the others follow forwards in
+                    // even repeats and backwards in odd ones, so that a contender does not
+                    // run after the same one every time (a run may still pay for the one
+                    // before it: its deletions, etcd's compaction).
+                    let contender = if repeat % 2 == 0 {
+                        contenders[(repeat + offset) % k]
+                    } else {
+                        contenders[(repeat + k - offset) % k]
+                    };
                     // A capped contender's run stands for the larger sizes; an untuned one
                     // that is not capped stops at UNTUNED_MAX_N.
                     if contender.is_untuned_peer()
@@ -757,6 +791,30 @@ mod tests {
                 (Contender::Ceiling, 16),
                 (Contender::Ceiling, 64),
                 (Contender::Ours, 16),
+            ]
+        );
+    }
+
+    #[test]
+    fn odd_repeats_run_the_contenders_backwards_so_each_follows_another_one_each_time() {
+        let plan = plan(&args(
+            "--n 10 --repeats 3 --scenarios backlog --contenders ours,sample-controller-tuned,ceiling --ceiling-concurrencies 16",
+        ));
+        let order: Vec<Vec<Contender>> = (0..3)
+            .map(|repeat| {
+                plan.iter()
+                    .filter(|r| r.repeat == repeat)
+                    .map(|r| r.contender)
+                    .collect()
+            })
+            .collect();
+        use Contender::{Ceiling, Ours, SampleControllerTuned as Tuned};
+        assert_eq!(
+            order,
+            [
+                vec![Ours, Tuned, Ceiling],
+                vec![Tuned, Ours, Ceiling],
+                vec![Ceiling, Ours, Tuned]
             ]
         );
     }

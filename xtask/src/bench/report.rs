@@ -969,7 +969,7 @@ fn notes(md: &mut String, results: &Results, plan: &[RunSpec]) {
         md.push_str("\nNot all runs are in yet (`cargo xtask bench --resume` takes the rest):\n\n");
         md.push_str(&missing);
     }
-    if let Some(remarks) = remarks(&results.runs) {
+    if let Some(remarks) = remarks(&results.runs, &results.meta) {
         md.push_str("\nRuns with a remark (runs without a result are left out of the tables):\n\n");
         md.push_str(&remarks);
     }
@@ -1049,16 +1049,26 @@ fn missing_runs(results: &Results, plan: &[RunSpec]) -> Option<String> {
 const SLOW_MACHINE: f64 = 1.15;
 
 /// The first line of each run's note, whether it began on a busy apiserver, and whether the
-/// machine ran slow, once for the repeats that share it.
-fn remarks(runs: &[RunResult]) -> Option<String> {
+/// machine ran slow (against the usual of the machine that took it: a sitting may go on on
+/// another), once for the repeats that share it.
+fn remarks(runs: &[RunResult], meta: &Meta) -> Option<String> {
     let mut repeats: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    let usual = Spread::of(runs.iter().filter_map(|run| run.machine_seconds)).map(|s| s.median);
+    let usual_on = |machine: &str| {
+        Spread::of(
+            runs.iter()
+                .filter(|run| run.machine(meta) == machine)
+                .filter_map(|run| run.machine_seconds),
+        )
+        .map(|s| s.median)
+    };
     for run in runs {
+        let usual = usual_on(run.machine(meta));
         let slow = run.machine_seconds.zip(usual).and_then(|(seconds, usual)| {
             (seconds > usual * SLOW_MACHINE).then(|| {
                 format!(
                     "began with the machine {:.0}% slower than usual in these results (its \
-                     reference workload took {seconds:.2} s, the median of all runs {usual:.2} s)",
+                     reference workload took {seconds:.2} s, the median of the runs on its \
+                     machine {usual:.2} s)",
                     (seconds / usual - 1.0) * 100.0
                 )
             })
@@ -1172,7 +1182,11 @@ mod tests {
             note: Some("timed out with 5 of 10 converged\nmore".into()),
             ..run(Contender::Ours, 10, 1.0, 0.1)
         };
-        let text = remarks(&[noted(0), noted(2), run(Contender::Ceiling, 10, 1.0, 0.1)]).unwrap();
+        let text = remarks(
+            &[noted(0), noted(2), run(Contender::Ceiling, 10, 1.0, 0.1)],
+            &Meta::default(),
+        )
+        .unwrap();
         assert_eq!(
             text,
             "- sample-operator (ours) backlog, N = 1000: timed out with 5 of 10 converged (repeat 1, 3)\n"
@@ -1190,13 +1204,17 @@ mod tests {
             }),
             ..run(Contender::Ours, 10, 1.0, 0.1)
         };
-        let text = remarks(&[started(0, false), started(1, true), started(2, false)]).unwrap();
+        let text = remarks(
+            &[started(0, false), started(1, true), started(2, false)],
+            &Meta::default(),
+        )
+        .unwrap();
         assert_eq!(
             text,
             "- sample-operator (ours) backlog, N = 1000: began on a fresh kube-apiserver still busy \
              after a 60 s wait (17% of a core) (repeat 1, 3)\n"
         );
-        assert_eq!(remarks(&[started(1, true)]), None);
+        assert_eq!(remarks(&[started(1, true)], &Meta::default()), None);
     }
 
     #[test]
@@ -1206,22 +1224,29 @@ mod tests {
             machine_seconds: Some(seconds),
             ..run(Contender::Ours, 10, 1.0, 0.1)
         };
-        let text = remarks(&[timed(0, 0.5), timed(1, 0.57), timed(2, 0.8)]).unwrap();
+        let text = remarks(&[timed(0, 0.5), timed(1, 0.57), timed(2, 0.8)], &Meta::default()).unwrap();
         assert_eq!(
             text,
             "- sample-operator (ours) backlog, N = 1000: began with the machine 40% slower than \
-             usual in these results (its reference workload took 0.80 s, the median of all runs \
-             0.57 s) (repeat 3)\n"
+             usual in these results (its reference workload took 0.80 s, the median of the runs \
+             on its machine 0.57 s) (repeat 3)\n"
         );
         // Slower than the fastest, but as usual: a sitting on a slower machine is not remarked.
-        assert_eq!(remarks(&[timed(0, 0.5), timed(1, 0.6), timed(2, 0.6)]), None);
+        assert_eq!(
+            remarks(&[timed(0, 0.5), timed(1, 0.6), timed(2, 0.6)], &Meta::default()),
+            None
+        );
         // The ceiling's concurrencies are told apart.
         let ceiling = |concurrency| RunResult {
             contender: Some(Contender::Ceiling),
             concurrency: Some(concurrency),
             ..timed(1, 0.8)
         };
-        let text = remarks(&[timed(0, 0.5), timed(2, 0.5), ceiling(8), ceiling(16)]).unwrap();
+        let text = remarks(
+            &[timed(0, 0.5), timed(2, 0.5), ceiling(8), ceiling(16)],
+            &Meta::default(),
+        )
+        .unwrap();
         assert!(
             text.contains("ceiling (plain client), 8 at once backlog"),
             "{text}"
@@ -1232,7 +1257,26 @@ mod tests {
         );
         // Runs from before the reference was timed are not compared.
         let untimed = run(Contender::Ours, 10, 1.0, 0.1);
-        assert_eq!(remarks(&[timed(0, 0.5), untimed]), None);
+        assert_eq!(remarks(&[timed(0, 0.5), untimed], &Meta::default()), None);
+        // A sitting that went on on a slower machine: each run against its own machine's usual.
+        let on = |machine: &str, run: RunResult| RunResult {
+            machine: Some(machine.into()),
+            ..run
+        };
+        let two = [
+            on("A", timed(0, 0.5)),
+            on("A", timed(1, 0.5)),
+            on("A", timed(1, 0.5)),
+            on("B", timed(2, 0.8)),
+            on("B", timed(2, 0.8)),
+            on("B", timed(2, 1.0)),
+        ];
+        let text = remarks(&two, &Meta::default()).unwrap();
+        assert!(
+            text.contains("took 1.00 s, the median of the runs on its machine 0.80 s"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 1, "{text}");
     }
 
     #[test]

@@ -282,7 +282,12 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
         let foos = kept.join(row.n.to_string());
         if !foos.exists() {
             println!("== creating {} Foos, kept for every run of that size", row.n);
-            apiserver::keep_foos(&cluster, NAMESPACE, row.n, &foos).await?;
+            let made = super::until_stopped(apiserver::keep_foos(&cluster, NAMESPACE, row.n, &foos)).await;
+            if let Err(e) = made {
+                let _ = cluster.down();
+                let _ = remove_kept(&kept);
+                return Err(e);
+            }
         }
         println!(
             "== run {}/{}: {} Foos, {}",
@@ -291,8 +296,12 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
             row.n,
             row.label()
         );
-        let outcome = run_one(&cluster, &operator, &quotas, row, &foos, args.timeout).await;
+        let outcome =
+            super::until_stopped(run_one(&cluster, &operator, &quotas, row, &foos, args.timeout)).await;
         let down = cluster.down().context("stopping the benchmark cluster");
+        if outcome.is_err() {
+            let _ = remove_kept(&kept);
+        }
         let (record, version) = outcome?;
         down?;
         println!("   {}", record.summary());
