@@ -819,6 +819,35 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_signal_stops_the_work_and_drops_it_so_that_what_it_ran_is_stopped() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        /// Stands for a running contender, which is stopped when dropped.
+        struct Running(Arc<AtomicBool>);
+        impl Drop for Running {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let stopped = Arc::new(AtomicBool::new(false));
+        let running = Running(stopped.clone());
+        let work = async move {
+            let _running = running;
+            std::future::pending::<Result<()>>().await
+        };
+        let waiting = tokio::spawn(until_stopped(work));
+        // Once its handlers are in place (this test's process only: nextest runs each apart).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGTERM).unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("still running after SIGTERM")
+            .unwrap();
+        assert_eq!(outcome.unwrap_err().to_string(), "stopped by SIGTERM");
+        assert!(stopped.load(Ordering::SeqCst), "the work was not dropped");
+    }
+
     /// The first repeat of the plan of `line`: each run's scenario, contender and concurrency.
     fn first_repeat(line: &str) -> Vec<(Scenario, Contender, usize)> {
         plan(&args(line))

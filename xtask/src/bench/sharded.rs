@@ -278,39 +278,39 @@ pub async fn run(args: ShardedArgs) -> Result<()> {
     // is removed (it may hold a half-made size).
     let kept = paths::repo_root().join(KEPT_FOOS);
     remove_kept(&kept)?;
-    for (done, row) in todo.iter().enumerate() {
-        let foos = kept.join(row.n.to_string());
-        if !foos.exists() {
-            println!("== creating {} Foos, kept for every run of that size", row.n);
-            let made = super::until_stopped(apiserver::keep_foos(&cluster, NAMESPACE, row.n, &foos)).await;
-            if let Err(e) = made {
-                let _ = cluster.down();
-                let _ = remove_kept(&kept);
-                return Err(e);
+    let runs = super::until_stopped(async {
+        for (done, row) in todo.iter().enumerate() {
+            let foos = kept.join(row.n.to_string());
+            if !foos.exists() {
+                println!("== creating {} Foos, kept for every run of that size", row.n);
+                apiserver::keep_foos(&cluster, NAMESPACE, row.n, &foos).await?;
             }
+            println!(
+                "== run {}/{}: {} Foos, {}",
+                done + 1,
+                todo.len(),
+                row.n,
+                row.label()
+            );
+            let outcome = run_one(&cluster, &operator, &quotas, row, &foos, args.timeout).await;
+            let down = cluster.down().context("stopping the benchmark cluster");
+            let (record, version) = outcome?;
+            down?;
+            println!("   {}", record.summary());
+            results.meta.kubernetes_version = version;
+            results.meta.last_run = Some(now());
+            results.runs.push(record);
+            save(&out, &results)?;
         }
-        println!(
-            "== run {}/{}: {} Foos, {}",
-            done + 1,
-            todo.len(),
-            row.n,
-            row.label()
-        );
-        let outcome =
-            super::until_stopped(run_one(&cluster, &operator, &quotas, row, &foos, args.timeout)).await;
-        let down = cluster.down().context("stopping the benchmark cluster");
-        if outcome.is_err() {
-            let _ = remove_kept(&kept);
-        }
-        let (record, version) = outcome?;
-        down?;
-        println!("   {}", record.summary());
-        results.meta.kubernetes_version = version;
-        results.meta.last_run = Some(now());
-        results.runs.push(record);
-        save(&out, &results)?;
+        Ok(())
+    })
+    .await;
+    // Failed or stopped part way: what was running goes, and so do the kept Foos.
+    if runs.is_err() {
+        let _ = cluster.down();
     }
     remove_kept(&kept)?;
+    runs?;
     write_report(&out, &results)?;
     println!(
         "== wrote {} and the Sharded replicas section of RESULTS.md",
