@@ -28,7 +28,7 @@ fn the_quick_benchmark_runs_every_scenario() {
             "--n",
             "50",
             "--contenders",
-            "ours,ours-streaming,ours-events-off,sample-controller-tuned,controller-runtime-tuned,ceiling,ceiling-ours-status,ceiling-ours",
+            "ours,ours-streaming,ours-events-off,sample-controller-tuned,controller-runtime-tuned,ceiling,ceiling-ours-status,ceiling-ours-status-merge,ceiling-ours",
             "--scenarios",
             "backlog,burst,memory,restart",
             "--memory-foos",
@@ -71,6 +71,7 @@ fn the_quick_benchmark_runs_every_scenario() {
         "| sample-operator, Events off (ours) |",
         "| ceiling, ours' three writes (plain client) |",
         "| ceiling, ours' writes without the Event (plain client) |",
+        "| ceiling, ours' writes without the Event, the status by merge patch (plain client) |",
     ] {
         assert!(
             report.contains(table),
@@ -113,7 +114,7 @@ fn the_quick_benchmark_runs_every_scenario() {
             let events = run["events"].as_u64();
             assert!(events.is_some(), "Events of a run: {run}");
             match run["contender"].as_str() {
-                Some("ours-events-off" | "ceiling-ours-status") => {
+                Some("ours-events-off" | "ceiling-ours-status" | "ceiling-ours-status-merge") => {
                     assert_eq!(events, Some(0), "no Events: {run}");
                 }
                 // Ours and the ceiling doing ours' work write one per Foo (ours: or count it

@@ -184,6 +184,7 @@ fn color(contender: Contender) -> RGBColor {
         Contender::Ceiling => RGBColor(0x55, 0x55, 0x55),
         Contender::CeilingOurs => RGBColor(0xaa, 0xaa, 0xaa),
         Contender::CeilingOursStatus => RGBColor(0x88, 0x88, 0x88),
+        Contender::CeilingOursStatusMerge => RGBColor(0x77, 0x77, 0x99),
     }
 }
 

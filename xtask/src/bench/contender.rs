@@ -77,7 +77,10 @@ impl Contenders {
                 text: "Starting workers",
                 from,
             },
-            Contender::Ceiling | Contender::CeilingOurs | Contender::CeilingOursStatus => Ready::Immediately,
+            Contender::Ceiling
+            | Contender::CeilingOurs
+            | Contender::CeilingOursStatus
+            | Contender::CeilingOursStatusMerge => Ready::Immediately,
         };
         let metrics = contender.is_ours().then_some(invocation.metrics_port);
         let component = Component::start(&name, &invocation.binary, &invocation.args, logs)?;
@@ -147,7 +150,10 @@ impl Contenders {
                     "-deployment-selector=app.kubernetes.io/managed-by=controller-runtime-foo".into(),
                 ],
             ),
-            Contender::Ceiling | Contender::CeilingOurs | Contender::CeilingOursStatus => (
+            Contender::Ceiling
+            | Contender::CeilingOurs
+            | Contender::CeilingOursStatus
+            | Contender::CeilingOursStatusMerge => (
                 self.go_bin.join("ceiling"),
                 vec![
                     format!("-kubeconfig={kubeconfig}"),
@@ -161,6 +167,7 @@ impl Contenders {
             Contender::OursEventsOff => args.extend(["--initial-list=list".into(), "--events=none".into()]),
             Contender::CeilingOurs => args.push("-ours".into()),
             Contender::CeilingOursStatus => args.push("-ours-status".into()),
+            Contender::CeilingOursStatusMerge => args.push("-ours-status-merge".into()),
             _ => {}
         }
         Ok(Invocation {

@@ -51,10 +51,13 @@ pub enum Contender {
     /// The same without the Event: ours' two writes with Events off, to tell the status's cost
     /// from the Event's.
     CeilingOursStatus,
+    /// The same status, its condition included, by a JSON merge patch instead of server-side
+    /// apply: what the apply costs beyond the condition.
+    CeilingOursStatusMerge,
 }
 
 impl Contender {
-    pub const ALL: [Contender; 10] = [
+    pub const ALL: [Contender; 11] = [
         Contender::Ours,
         Contender::OursStreaming,
         Contender::OursEventsOff,
@@ -64,6 +67,7 @@ impl Contender {
         Contender::ControllerRuntimeTuned,
         Contender::Ceiling,
         Contender::CeilingOursStatus,
+        Contender::CeilingOursStatusMerge,
         Contender::CeilingOurs,
     ];
 
@@ -79,6 +83,9 @@ impl Contender {
             Contender::Ceiling => "ceiling (plain client)",
             Contender::CeilingOurs => "ceiling, ours' three writes (plain client)",
             Contender::CeilingOursStatus => "ceiling, ours' writes without the Event (plain client)",
+            Contender::CeilingOursStatusMerge => {
+                "ceiling, ours' writes without the Event, the status by merge patch (plain client)"
+            }
         }
     }
 
@@ -101,7 +108,10 @@ impl Contender {
     pub fn takes_concurrency(self) -> bool {
         self.is_ours()
             || self.is_tuned_peer()
-            || matches!(self, Contender::CeilingOurs | Contender::CeilingOursStatus)
+            || matches!(
+                self,
+                Contender::CeilingOurs | Contender::CeilingOursStatus | Contender::CeilingOursStatusMerge
+            )
     }
 
     /// A plain client issuing writes, not a controller: it keeps no cache and, once done,
@@ -109,7 +119,10 @@ impl Contender {
     pub fn is_ceiling(self) -> bool {
         matches!(
             self,
-            Contender::Ceiling | Contender::CeilingOurs | Contender::CeilingOursStatus
+            Contender::Ceiling
+                | Contender::CeilingOurs
+                | Contender::CeilingOursStatus
+                | Contender::CeilingOursStatusMerge
         )
     }
 

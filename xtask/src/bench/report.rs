@@ -588,6 +588,7 @@ fn targets(md: &mut String, runs: &[RunResult]) {
     for scenario in [Scenario::Backlog, Scenario::Burst] {
         for n in sizes(runs, scenario) {
             let groups = groups(runs, scenario, n);
+            lines.extend(status_write_cost(&groups, scenario, n));
             let Some(ours) = find(&groups, Contender::Ours).map(|i| &groups[i]) else {
                 continue;
             };
@@ -786,6 +787,45 @@ fn same_repeat_ratios(
             (tv > 0.0).then(|| (mv / m.n.max(1) as f64) / (tv / t.n.max(1) as f64))
         })
         .collect()
+}
+
+/// Not aims but their cause: what ours' status by server-side apply costs against the same
+/// status (its condition included) by merge patch, and what that costs against the two-write
+/// ceiling's plain status at equal concurrency, each of the same repeat (median).
+fn status_write_cost(groups: &[Group<'_>], scenario: Scenario, n: usize) -> Vec<String> {
+    let group = |c| find(groups, c).map(|i| &groups[i]);
+    let Some(merged) = group(Contender::CeilingOursStatusMerge) else {
+        return Vec::new();
+    };
+    let concurrency = merged.runs.first().and_then(|r| r.concurrency);
+    let plain = groups.iter().find(|g| {
+        g.contender == Contender::Ceiling
+            && concurrency.is_some()
+            && g.runs.first().and_then(|r| r.concurrency) == concurrency
+    });
+    let mut lines = Vec::new();
+    let mut line = |mine, theirs, what: &str| {
+        if let Some(r) = same_repeat_ratio(mine, theirs) {
+            lines.push(format!(
+                "- {scenario}, N = {n}: {what}, of the same repeat (median): {r:.2} (a cause, not an aim)"
+            ));
+        }
+    };
+    if let Some(applied) = group(Contender::CeilingOursStatus) {
+        line(
+            applied,
+            merged,
+            "ours' status by server-side apply over the same status by merge patch",
+        );
+    }
+    if let Some(plain) = plain {
+        line(
+            merged,
+            plain,
+            "ours' status by merge patch over the two-write ceiling's plain status at equal concurrency",
+        );
+    }
+    lines
 }
 
 /// Whether ours converged ahead of every tuned peer, each at its fastest: by the median of the
@@ -1548,6 +1588,38 @@ mod tests {
         ] {
             assert!(md.contains(line), "{line}\n{md}");
         }
+    }
+
+    #[test]
+    fn the_status_writes_cost_is_split_repeat_by_repeat() {
+        let at = |contender, repeat, seconds, concurrency| RunResult {
+            repeat,
+            concurrency: Some(concurrency),
+            ..run(contender, 1000, seconds, 1.0)
+        };
+        let md = report_of(vec![
+            at(Contender::Ceiling, 0, 10.0, 128),
+            at(Contender::Ceiling, 1, 20.0, 128),
+            at(Contender::Ceiling, 0, 8.0, 16),
+            at(Contender::CeilingOursStatusMerge, 0, 11.0, 128),
+            at(Contender::CeilingOursStatusMerge, 1, 24.0, 128),
+            at(Contender::CeilingOursStatus, 0, 13.2, 128),
+            at(Contender::CeilingOursStatus, 1, 24.0, 128),
+        ]);
+        for line in [
+            // 13.2/11 and 24/24.
+            "- backlog, N = 1000: ours' status by server-side apply over the same status by merge patch, of the same repeat (median): 1.10 (a cause, not an aim)",
+            // 11/10 and 24/20, against the ceiling at 128, not at 16.
+            "- backlog, N = 1000: ours' status by merge patch over the two-write ceiling's plain status at equal concurrency, of the same repeat (median): 1.15 (a cause, not an aim)",
+        ] {
+            assert!(md.contains(line), "{line}\n{md}");
+        }
+        // Without the merge patch's runs, neither line.
+        let md = report_of(vec![
+            at(Contender::Ceiling, 0, 10.0, 128),
+            at(Contender::CeilingOursStatus, 0, 13.2, 128),
+        ]);
+        assert!(!md.contains("a cause, not an aim"), "{md}");
     }
 
     #[test]

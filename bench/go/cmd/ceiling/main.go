@@ -10,9 +10,11 @@
 // with its Events all written, so that ours is measured against a ceiling doing its own work.
 //
 // With -ours-status it issues ours' writes but the Event, to tell what the status and the Event
-// each cost.
+// each cost. With -ours-status-merge it writes that same status (the condition included) by a
+// JSON merge patch instead of server-side apply, to tell the apply's cost from the condition's.
 //
-// Usage: ceiling -kubeconfig PATH [-concurrency N] [-namespace NS] [-ours | -ours-status]
+// Usage: ceiling -kubeconfig PATH [-concurrency N] [-namespace NS]
+// [-ours | -ours-status | -ours-status-merge]
 package main
 
 import (
@@ -36,7 +38,12 @@ func main() {
 	namespace := flag.String("namespace", "", "Only Foos of this namespace; all namespaces when empty.")
 	ours := flag.Bool("ours", false, "Issue our operator's three writes (Deployment, status with a condition, Event).")
 	oursStatus := flag.Bool("ours-status", false, "Issue our operator's writes without the Event (Deployment, status with a condition).")
+	oursStatusMerge := flag.Bool("ours-status-merge", false,
+		"As -ours-status, the status written by a JSON merge patch instead of server-side apply.")
 	flag.Parse()
+	if countTrue(*ours, *oursStatus, *oursStatusMerge) > 1 {
+		log.Fatalf("-ours, -ours-status and -ours-status-merge are alternatives; give one")
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -44,7 +51,14 @@ func main() {
 	if err != nil {
 		log.Fatalf("kubeconfig: %v", err)
 	}
-	w, err := newWriter(unlimited(config), *ours || *oursStatus, *ours)
+	status := mergedStatus
+	switch {
+	case *ours || *oursStatus:
+		status = oursAppliedStatus
+	case *oursStatusMerge:
+		status = oursMergedStatus
+	}
+	w, err := newWriter(unlimited(config), status, *ours)
 	if err != nil {
 		log.Fatalf("clients: %v", err)
 	}
@@ -68,6 +82,16 @@ func main() {
 	if err != nil && ctx.Err() == nil {
 		log.Fatalf("watching Foos: %v", err)
 	}
+}
+
+func countTrue(flags ...bool) int {
+	n := 0
+	for _, f := range flags {
+		if f {
+			n++
+		}
+	}
+	return n
 }
 
 // defaultConcurrency stands for our operator's default number of concurrent reconciles; the

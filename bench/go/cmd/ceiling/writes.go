@@ -31,17 +31,29 @@ type fooRef struct {
 	generation                           int64
 }
 
+// statusWrite is how the ceiling writes a Foo's status.
+type statusWrite int
+
+const (
+	// mergedStatus: a controller's plain write, a JSON merge patch of availableReplicas.
+	mergedStatus statusWrite = iota
+	// oursAppliedStatus: the status as our operator writes it, by server-side apply, with the
+	// observed generation and a Ready condition.
+	oursAppliedStatus
+	// oursMergedStatus: the same status, condition included, by a JSON merge patch: what the
+	// apply costs beyond the condition.
+	oursMergedStatus
+)
+
 type writer struct {
 	deployments kubernetes.Interface
 	foos        dynamic.NamespaceableResourceInterface
-	// oursStatus: the status as our operator writes it (server-side apply, with a Ready
-	// condition), not a merge patch of availableReplicas.
-	oursStatus bool
+	status      statusWrite
 	// event: an Event about each Foo too, as our operator writes it.
 	event bool
 }
 
-func newWriter(config *rest.Config, oursStatus, event bool) (*writer, error) {
+func newWriter(config *rest.Config, status statusWrite, event bool) (*writer, error) {
 	typed, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, err
@@ -50,7 +62,7 @@ func newWriter(config *rest.Config, oursStatus, event bool) (*writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &writer{deployments: typed, foos: untyped.Resource(fooResource), oursStatus: oursStatus, event: event}, nil
+	return &writer{deployments: typed, foos: untyped.Resource(fooResource), status: status, event: event}, nil
 }
 
 // converge issues a controller's two writes for one Foo. A Deployment that already exists (a
@@ -65,7 +77,7 @@ func (w *writer) converge(ctx context.Context, foo fooRef) error {
 	case !apierrors.IsAlreadyExists(err):
 		return fmt.Errorf("creating Deployment: %w", err)
 	}
-	if w.oursStatus {
+	if w.status != mergedStatus {
 		return w.writeAsOurs(ctx, foo, available)
 	}
 	status := fmt.Appendf(nil, `{"status":{"availableReplicas":%d}}`, available)
@@ -78,34 +90,25 @@ func (w *writer) converge(ctx context.Context, foo fooRef) error {
 }
 
 // writeAsOurs issues the rest of our operator's writes for a Foo whose Deployment was just
-// created: its status by server-side apply, with the observed generation and a Ready
-// condition saying the Deployment is progressing, as ours words it; then one events.k8s.io
-// Event about the Foo (with -ours), as ours writes it when its events are all written.
+// created: its status with the observed generation and a Ready condition saying the Deployment
+// is progressing, as ours words it, by server-side apply as ours writes it (or by a merge
+// patch, with -ours-status-merge); then one events.k8s.io Event about the Foo (with -ours), as
+// ours writes it when its events are all written.
 func (w *writer) writeAsOurs(ctx context.Context, foo fooRef, available int32) error {
 	now := metav1.NowMicro()
-	message := fmt.Sprintf("Deployment %q has %d of %d replicas available", foo.deploymentName, available, foo.replicas)
-	status := map[string]any{
-		"apiVersion": "samplecontroller.k8s.io/v1alpha1",
-		"kind":       "Foo",
-		"metadata":   map[string]any{"name": foo.name, "namespace": foo.namespace},
-		"status": map[string]any{
-			"availableReplicas":  available,
-			"observedGeneration": foo.generation,
-			"conditions": []any{map[string]any{
-				"type": "Ready", "status": "False", "reason": "Progressing", "message": message,
-				"observedGeneration": foo.generation,
-				"lastTransitionTime": now.UTC().Format(time.RFC3339),
-			}},
-		},
-	}
-	body, err := json.Marshal(status)
+	body, err := json.Marshal(oursStatus(foo, available, now.Time, w.status == oursAppliedStatus))
 	if err != nil {
 		return err
 	}
-	_, err = w.foos.Namespace(foo.namespace).Patch(ctx, foo.name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: "ceiling", Force: ptr.To(true)}, "status")
+	if w.status == oursAppliedStatus {
+		_, err = w.foos.Namespace(foo.namespace).Patch(ctx, foo.name, types.ApplyPatchType, body,
+			metav1.PatchOptions{FieldManager: "ceiling", Force: ptr.To(true)}, "status")
+	} else {
+		_, err = w.foos.Namespace(foo.namespace).Patch(ctx, foo.name, types.MergePatchType, body,
+			metav1.PatchOptions{FieldManager: "ceiling"}, "status")
+	}
 	if err != nil {
-		return fmt.Errorf("applying status: %w", err)
+		return fmt.Errorf("writing status: %w", err)
 	}
 	if !w.event {
 		return nil
@@ -132,6 +135,30 @@ func (w *writer) writeAsOurs(ctx context.Context, foo fooRef, available int32) e
 		return fmt.Errorf("creating Event: %w", err)
 	}
 	return nil
+}
+
+// oursStatus is the body of ours' status write. An apply names the object it applies to; a
+// merge patch needs only the fields it sets (a merge patch replaces the conditions list whole,
+// which is what ours' apply does too, as the status's only manager).
+func oursStatus(foo fooRef, available int32, now time.Time, apply bool) map[string]any {
+	message := fmt.Sprintf("Deployment %q has %d of %d replicas available", foo.deploymentName, available, foo.replicas)
+	body := map[string]any{
+		"status": map[string]any{
+			"availableReplicas":  available,
+			"observedGeneration": foo.generation,
+			"conditions": []any{map[string]any{
+				"type": "Ready", "status": "False", "reason": "Progressing", "message": message,
+				"observedGeneration": foo.generation,
+				"lastTransitionTime": now.UTC().Format(time.RFC3339),
+			}},
+		},
+	}
+	if apply {
+		body["apiVersion"] = "samplecontroller.k8s.io/v1alpha1"
+		body["kind"] = "Foo"
+		body["metadata"] = map[string]any{"name": foo.name, "namespace": foo.namespace}
+	}
+	return body
 }
 
 // newDeployment is the same Deployment the controllers build: nginx, the Foo's labels, and the
