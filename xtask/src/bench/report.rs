@@ -1196,6 +1196,15 @@ mod tests {
         }
     }
 
+    /// A run of `contender` at 1,000 Foos in one repeat, at one concurrency.
+    fn at_repeat(contender: Contender, repeat: usize, seconds: f64, concurrency: usize) -> RunResult {
+        RunResult {
+            repeat,
+            concurrency: Some(concurrency),
+            ..run(contender, 1000, seconds, 1.0)
+        }
+    }
+
     #[test]
     fn results_are_saved_one_run_a_line_and_load_again() {
         let dir = std::env::temp_dir().join(format!("bench-results-{}", std::process::id()));
@@ -1556,25 +1565,20 @@ mod tests {
 
     #[test]
     fn the_same_work_is_compared_repeat_by_repeat() {
-        let at = |contender, repeat, seconds, concurrency| RunResult {
-            repeat,
-            concurrency: Some(concurrency),
-            ..run(contender, 1000, seconds, 1.0)
-        };
         let md = report_of(vec![
             // Repeat 1 is slow for everyone: only the ratios within a repeat count.
-            at(Contender::OursEventsOff, 0, 10.0, 16),
-            at(Contender::OursEventsOff, 1, 20.0, 16),
-            at(Contender::Ceiling, 0, 10.0, 16),
-            at(Contender::Ceiling, 1, 30.0, 16),
-            at(Contender::Ceiling, 0, 9.0, 64),
-            at(Contender::Ceiling, 1, 18.0, 64),
-            at(Contender::Ours, 0, 12.0, 16),
-            at(Contender::Ours, 1, 22.0, 16),
-            at(Contender::CeilingOurs, 0, 11.0, 16),
-            at(Contender::CeilingOurs, 1, 21.0, 16),
-            at(Contender::CeilingOursStatus, 0, 10.0, 16),
-            at(Contender::CeilingOursStatus, 1, 19.0, 16),
+            at_repeat(Contender::OursEventsOff, 0, 10.0, 16),
+            at_repeat(Contender::OursEventsOff, 1, 20.0, 16),
+            at_repeat(Contender::Ceiling, 0, 10.0, 16),
+            at_repeat(Contender::Ceiling, 1, 30.0, 16),
+            at_repeat(Contender::Ceiling, 0, 9.0, 64),
+            at_repeat(Contender::Ceiling, 1, 18.0, 64),
+            at_repeat(Contender::Ours, 0, 12.0, 16),
+            at_repeat(Contender::Ours, 1, 22.0, 16),
+            at_repeat(Contender::CeilingOurs, 0, 11.0, 16),
+            at_repeat(Contender::CeilingOurs, 1, 21.0, 16),
+            at_repeat(Contender::CeilingOursStatus, 0, 10.0, 16),
+            at_repeat(Contender::CeilingOursStatus, 1, 19.0, 16),
         ]);
         for line in [
             // 10/9 and 20/18.
@@ -1592,19 +1596,14 @@ mod tests {
 
     #[test]
     fn the_status_writes_cost_is_split_repeat_by_repeat() {
-        let at = |contender, repeat, seconds, concurrency| RunResult {
-            repeat,
-            concurrency: Some(concurrency),
-            ..run(contender, 1000, seconds, 1.0)
-        };
         let md = report_of(vec![
-            at(Contender::Ceiling, 0, 10.0, 128),
-            at(Contender::Ceiling, 1, 20.0, 128),
-            at(Contender::Ceiling, 0, 8.0, 16),
-            at(Contender::CeilingOursStatusMerge, 0, 11.0, 128),
-            at(Contender::CeilingOursStatusMerge, 1, 24.0, 128),
-            at(Contender::CeilingOursStatus, 0, 13.2, 128),
-            at(Contender::CeilingOursStatus, 1, 24.0, 128),
+            at_repeat(Contender::Ceiling, 0, 10.0, 128),
+            at_repeat(Contender::Ceiling, 1, 20.0, 128),
+            at_repeat(Contender::Ceiling, 0, 8.0, 16),
+            at_repeat(Contender::CeilingOursStatusMerge, 0, 11.0, 128),
+            at_repeat(Contender::CeilingOursStatusMerge, 1, 24.0, 128),
+            at_repeat(Contender::CeilingOursStatus, 0, 13.2, 128),
+            at_repeat(Contender::CeilingOursStatus, 1, 24.0, 128),
         ]);
         for line in [
             // 13.2/11 and 24/24.
@@ -1616,8 +1615,8 @@ mod tests {
         }
         // Without the merge patch's runs, neither line.
         let md = report_of(vec![
-            at(Contender::Ceiling, 0, 10.0, 128),
-            at(Contender::CeilingOursStatus, 0, 13.2, 128),
+            at_repeat(Contender::Ceiling, 0, 10.0, 128),
+            at_repeat(Contender::CeilingOursStatus, 0, 13.2, 128),
         ]);
         assert!(!md.contains("a cause, not an aim"), "{md}");
     }
