@@ -1225,6 +1225,25 @@ mod tests {
     }
 
     #[test]
+    fn resuming_rewrites_a_recorded_sitting_byte_for_byte() {
+        // `--resume` loads and saves results.json around every run; a float that does not survive
+        // that (such as v4's 0.025999999999999978, one digit off when parsed inexactly) would be
+        // rewritten each time.
+        let sitting = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/sittings/2026-11-30-v4");
+        let recorded = std::fs::read_to_string(sitting.join("results.json")).unwrap();
+        let dir = std::env::temp_dir().join(format!("bench-resume-{}", std::process::id()));
+        save(&dir, &load(&sitting).unwrap()).unwrap();
+        let rewritten = std::fs::read_to_string(dir.join("results.json")).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+        let differing = recorded.lines().zip(rewritten.lines()).find(|(a, b)| a != b);
+        assert_eq!(differing, None, "a line of results.json changed on a rewrite");
+        assert!(
+            recorded == rewritten,
+            "results.json lost or gained lines on a rewrite"
+        );
+    }
+
+    #[test]
     fn a_remark_shared_by_repeats_is_listed_once() {
         let noted = |repeat| RunResult {
             repeat,
