@@ -19,7 +19,7 @@ use super::host::{
     write_sysctl,
 };
 use super::preflight::{HOLDER_PREFIX, Holder, holder, live_elsewhere, unrecorded, which};
-use super::{BRIDGE, GUARD_CHAIN, NODE_IP, NODE_NAME, NodeState, RealNode, run};
+use super::{BRIDGE, BRIDGE_MAC, GUARD_CHAIN, NODE_IP, NODE_NAME, NodeState, RealNode, run};
 use crate::error::{Error, Result};
 use crate::image;
 use crate::kubeconfig::write_kubeconfig;
@@ -268,7 +268,7 @@ impl RealNode {
     /// The Pod bridge with the node address (new: `up` has cleared or refused an existing one),
     /// and the guard that drops whatever would be forwarded out of the node's bridges.
     fn network(&self) -> Result<()> {
-        run(Command::new("ip").args(["link", "add", BRIDGE, "type", "bridge"]))?;
+        run(Command::new("ip").args(["link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge"]))?;
         // The bridge names its node's folder, so that another checkout can find the record of
         // a node whose run was killed, and clear it.
         let dir = std::fs::canonicalize(&self.dir).map_err(|e| Error::io(&self.dir, e))?;

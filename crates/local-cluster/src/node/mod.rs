@@ -51,6 +51,11 @@ pub const BRIDGE: &str = "sonode0";
 /// The node's InternalIP, on the Pod bridge: the kubelet refuses loopback, and this machine has
 /// no dummy interface driver.
 pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
+/// The Pod bridge's MAC address, set when it is made. A bridge whose address the kernel chose
+/// takes the lowest of its ports' addresses, and so changes as Pods' veths come and go; a Pod
+/// that cached the old one loses what it sends to its gateway until it asks again (CNI's own
+/// `bridge` plugin pins its bridges' addresses for the same reason). Locally administered.
+pub const BRIDGE_MAC: &str = "02:53:4f:4e:00:01";
 pub const POD_CIDR: &str = "10.88.0.0/16";
 /// The filter chain that keeps Pod traffic on the machine.
 pub const GUARD_CHAIN: &str = "SAMPLE-OPERATOR-NODE";
