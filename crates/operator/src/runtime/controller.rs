@@ -41,6 +41,7 @@ use super::events::{Events, Report};
 use super::fair::FairQueue;
 use super::metrics::{Metrics, Outcome};
 use super::own_writes::OwnWrites;
+use super::sharding::Ownership;
 use super::status::{Conditions, ready_reason, status_differs};
 use super::triggers::Triggers;
 use super::{Shared, Stopping, Synced, resync_ticks};
@@ -215,6 +216,8 @@ struct Runner<R: Reconciler> {
     queue: Arc<FairQueue<R::Object>>,
     /// The controller's cache, read again as a reconcile starts (none in scenario tests).
     store: Option<Store<R::Object>>,
+    /// Which objects this replica reconciles, when it holds a share of them only.
+    owned: Option<Ownership>,
 }
 
 /// Tells the queue that a reconcile ended, however it ends.
@@ -260,6 +263,13 @@ impl<R: Reconciler> Runner<R> {
             .as_ref()
             .and_then(|store| store.get(&running.object))
             .unwrap_or(object);
+        // Ownership again, of the object as it is now: the one its trigger named may since have
+        // been deleted and made again under its name (another UID, maybe another replica's).
+        // A replica that does not own it would do another replica's work.
+        if self.owned.is_some_and(|owned| !owned.owns(&*object)) {
+            tracing::debug!(controller = self.name, object = %describe(&*object), "not this replica's");
+            return Ok(Action::await_change());
+        }
         let object = self.context.own_writes.latest(object);
         let span = tracing::info_span!("reconcile", controller = self.name, object = %describe(&*object));
         let timer = self.context.metrics.reconcile(self.name);
@@ -381,6 +391,7 @@ pub(crate) async fn retries<R: Reconciler>(
         stopping: futures::future::pending().boxed().shared(),
         queue: Arc::new(FairQueue::new(0)),
         store: None,
+        owned: None,
     };
     let object = Arc::new(object);
     let start = tokio::time::Instant::now();
@@ -501,6 +512,7 @@ pub async fn run<R: Reconciler>(
         stopping: stopping.clone(),
         queue: queue.clone(),
         store: Some(store.clone()),
+        owned,
     });
 
     let ready = runner.clone();
@@ -653,6 +665,7 @@ mod tests {
             stopping: futures::future::pending().boxed().shared(),
             queue: Arc::new(FairQueue::new(0)),
             store: None,
+            owned: None,
         };
         (runner, metrics)
     }
@@ -694,6 +707,39 @@ mod tests {
             Action::requeue(Duration::from_millis(100)),
             "the first failure after a success waits the shortest time"
         );
+    }
+
+    #[tokio::test]
+    async fn a_sharded_controller_reconciles_only_the_objects_it_owns() {
+        use super::super::sharding::{Buckets, Key, bucket_of, fnv1a};
+        // One scripted result: a second reconcile would panic, and fail the test.
+        let fake = Fake {
+            results: Mutex::new(vec![Ok(())]),
+        };
+        let (mut runner, _) = runner(fake, vec![]);
+        let with_uid = |name: &str, uid: &str| {
+            let mut cm = (*object(name)).clone();
+            cm.metadata.uid = Some(uid.into());
+            Arc::new(cm)
+        };
+        let (mine, theirs) = (
+            with_uid("mine", "0b0c6a52-3c1e-4d6f-9a2b-5e8f7c1d2a01"),
+            with_uid("theirs", "9f4e2d1c-7b6a-4c5d-8e9f-0a1b2c3d4e5f"),
+        );
+        let bucket = |cm: &ConfigMap| bucket_of(fnv1a(cm.metadata.uid.as_deref().unwrap()));
+        assert_ne!(bucket(&mine), bucket(&theirs), "two UIDs of different buckets");
+        runner.owned = Some(Ownership {
+            key: Key::Uid,
+            buckets: Buckets::NONE.with(bucket(&mine)),
+        });
+        assert_eq!(
+            runner.reconcile(theirs).await.unwrap(),
+            Action::await_change(),
+            "another replica's object is left alone"
+        );
+        // Its own is reconciled: the one scripted result is used up, not a panic.
+        runner.reconcile(mine).await.unwrap();
+        assert!(runner.reconciler.results.lock().unwrap().is_empty());
     }
 
     #[tokio::test]

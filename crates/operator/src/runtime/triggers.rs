@@ -102,8 +102,9 @@ where
 
     /// Only the objects `ownership` gives this replica are reconciled: for a sharded controller
     /// that caches every object (a decision needs them all) but reconciles its share. An object
-    /// sharded by UID is looked up in the cache; one no longer there passes, and kube-runtime
-    /// drops it as gone.
+    /// sharded by UID is looked up in the cache; one not there is dropped: gone, or not yet
+    /// cached (a child's or a neighbour's event during the first list), when its own event
+    /// triggers it once it is. The runner checks ownership again as each reconcile starts.
     pub fn only_owned(mut self, ownership: Option<Ownership>) -> Self {
         self.owned = ownership;
         self
@@ -131,7 +132,7 @@ where
                             Key::Namespace => owned
                                 .buckets
                                 .admits(object.namespace.as_deref().unwrap_or_default()),
-                            Key::Uid => store.get(object).is_none_or(|cached| owned.owns(&*cached)),
+                            Key::Uid => store.get(object).is_some_and(|cached| owned.owns(&*cached)),
                         };
                         futures::future::ready(mine)
                     })
@@ -140,5 +141,50 @@ where
             None => triggers.boxed(),
         };
         (self.store, stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::sharding::{Buckets, bucket_of, fnv1a};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector;
+
+    fn config_map(name: &str, uid: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("ns".into());
+        cm.metadata.uid = Some(uid.into());
+        cm
+    }
+
+    #[tokio::test]
+    async fn a_uid_sharded_controller_is_triggered_for_its_cached_objects_only() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let mine = config_map("mine", "0b0c6a52-3c1e-4d6f-9a2b-5e8f7c1d2a01");
+        let theirs = config_map("theirs", "9f4e2d1c-7b6a-4c5d-8e9f-0a1b2c3d4e5f");
+        let bucket = |cm: &ConfigMap| bucket_of(fnv1a(cm.metadata.uid.as_deref().unwrap()));
+        assert_ne!(bucket(&mine), bucket(&theirs), "two UIDs of different buckets");
+        for cm in [&mine, &theirs] {
+            writer.apply_watcher_event(&watcher::Event::Apply(cm.clone()));
+        }
+        // A child's or a neighbour's event may name an object before the first list has
+        // cached it: which replica owns it cannot be told yet, and its own event comes later.
+        let not_yet_cached = ObjectRef::<ConfigMap>::new("not-yet").within("ns");
+        let refs = vec![
+            ObjectRef::from_obj(&theirs),
+            not_yet_cached,
+            ObjectRef::from_obj(&mine),
+        ];
+        let (_, triggered) = Triggers::for_stream(futures::stream::empty(), store)
+            .reconcile_on(futures::stream::iter(refs))
+            .only_owned(Some(Ownership {
+                key: Key::Uid,
+                buckets: Buckets::NONE.with(bucket(&mine)),
+            }))
+            .into_stream();
+        let triggered: Vec<ObjectRef<ConfigMap>> = triggered.collect().await;
+        assert_eq!(triggered, [ObjectRef::from_obj(&mine)]);
     }
 }
