@@ -151,6 +151,11 @@ pub struct BenchArgs {
     /// be those it was started with.
     #[arg(long)]
     resume: bool,
+    /// Run only the first N blocks of those left (a block: one repeat of one scenario at one
+    /// size, whose runs are compared with each other), then stop, so that a sitting that has
+    /// time for N blocks ends on a whole one. Unset: every block left.
+    #[arg(long, requires = "resume")]
+    blocks: Option<usize>,
 }
 
 impl BenchArgs {
@@ -197,6 +202,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         .enumerate()
         .filter(|(_, s)| !done(s))
         .collect();
+    let todo = first_blocks(todo, args.blocks);
     println!("== {} runs planned, {} to run", plan.len(), todo.len());
 
     let ours = (args.contenders.iter().any(|c| c.is_ours()))
@@ -533,6 +539,24 @@ fn check_resumable(args: &BenchArgs, meta: &Meta) -> Result<()> {
     Ok(())
 }
 
+/// The runs of `todo`'s first `blocks` blocks, in plan order; all of them when `blocks` is unset.
+fn first_blocks(todo: Vec<(usize, RunSpec)>, blocks: Option<usize>) -> Vec<(usize, RunSpec)> {
+    let Some(blocks) = blocks else { return todo };
+    let mut taken: Vec<Block> = Vec::new();
+    todo.into_iter()
+        .filter(|(_, spec)| {
+            let block = spec.block();
+            if !taken.contains(&block) {
+                if taken.len() == blocks {
+                    return false;
+                }
+                taken.push(block);
+            }
+            true
+        })
+        .collect()
+}
+
 /// `Intel(R) Xeon(R) ..., 2 cores, 23.5 GiB, Linux 6.1.0`.
 fn machine() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -766,6 +790,30 @@ mod tests {
         };
         assert!(keep_comparable(&mut results, &plan, "there").is_empty());
         assert_eq!(results.runs.len(), 1);
+    }
+
+    #[test]
+    fn blocks_runs_only_the_first_blocks_left_whole_then_stops() {
+        let plan = plan(&args(
+            "--n 10,20 --repeats 2 --scenarios backlog --contenders ours,ceiling --ceiling-concurrencies 16",
+        ));
+        // The first run of the first block is done: what is left of it counts as one block.
+        let todo: Vec<(usize, RunSpec)> = plan.iter().cloned().enumerate().skip(1).collect();
+        let blocks = |runs: &[(usize, RunSpec)]| {
+            runs.iter()
+                .map(|(index, spec)| (*index, spec.repeat, spec.planned_n))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            blocks(&first_blocks(todo.clone(), Some(2))),
+            [(1, 0, 10), (2, 0, 20), (3, 0, 20)]
+        );
+        assert_eq!(first_blocks(todo.clone(), Some(0)).len(), 0);
+        assert_eq!(first_blocks(todo.clone(), None).len(), todo.len());
+        assert!(
+            Cli::try_parse_from(["bench", "--blocks", "1"]).is_err(),
+            "--blocks without --resume"
+        );
     }
 
     #[test]
