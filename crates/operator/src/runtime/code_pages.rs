@@ -193,30 +193,39 @@ Swap:                  0 kB
             })
             .expect("the test binary's code")
             .address;
-        // Counted from the page table (pagemap's "present" bit) rather than smaps, whose
-        // parsing would run, and so map, much code of its own.
+        // Read from the page table (pagemap's "present" bit) rather than smaps, whose parsing
+        // would run, and so map, much code of its own.
         let page = procfs::page_size();
         let pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
         let mut entries = vec![0u8; ((code.1 - code.0) / page * 8) as usize];
-        let mut mapped = || {
+        let mut present = || -> Vec<bool> {
             use std::os::unix::fs::FileExt;
             pagemap.read_exact_at(&mut entries, code.0 / page * 8).unwrap();
             entries
                 .chunks_exact(8)
-                .filter(|entry| u64::from_le_bytes((*entry).try_into().unwrap()) >> 63 == 1)
-                .count() as u64
-                * page
+                .map(|entry| u64::from_le_bytes(entry.try_into().unwrap()) >> 63 == 1)
+                .collect()
         };
-        let before = mapped();
+        let before = present();
         let released = release().unwrap();
-        // What runs in between maps some pages again, far fewer than start-up and the test
-        // harness had (3.6 MB before and 2.6 MB after in a debug build on 2026-11-30): without
-        // the unmapping the count could only have grown.
-        let after = mapped();
+        let after = present();
         assert!(released > 0, "nothing was released");
+        // Pages mapped before and not after: without the unmapping there are none, as a mapped
+        // page stays mapped. Not the totals: what runs in between maps pages again around each
+        // fault, and when another process has just read the file whole (as the test below does,
+        // in a process of its own beside this one) a fault can map a large folio whole, so the
+        // total after exceeded the total before in 7 runs in 20 with that test beside it (on
+        // 2026-12-03, a debug build; once in that day's CI). What went stayed 43-50% of what was
+        // mapped, alone or beside it (40 runs): an eighth leaves room for a busier machine.
+        let before_count = before.iter().filter(|&&mapped| mapped).count();
+        let gone = before
+            .iter()
+            .zip(&after)
+            .filter(|&(&was, &is)| was && !is)
+            .count();
         assert!(
-            after < before,
-            "the code stayed mapped: {before} bytes before, {after} after"
+            gone * 8 >= before_count,
+            "the code stayed mapped: {gone} of the {before_count} pages mapped before went"
         );
         // And the process runs on, its code mapped again as it goes: the test returns.
     }
