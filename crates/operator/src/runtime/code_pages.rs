@@ -247,15 +247,10 @@ Swap:                  0 kB
         let path = std::env::current_exe()
             .unwrap()
             .with_file_name(format!("code-pages-test-{}", std::process::id()));
-        struct Remove<'a>(&'a Path);
-        impl Drop for Remove<'_> {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_file(self.0);
-            }
-        }
-        let _remove = Remove(&path);
         std::fs::write(&path, vec![7u8; PAGES * page]).unwrap();
         let file = std::fs::File::open(&path).unwrap();
+        // Unlinked at once: the open file keeps its pages, and a failing test leaves nothing.
+        std::fs::remove_file(&path).unwrap();
         // Written pages stay dirty, and only clean ones can leave: as for an installed binary.
         file.sync_data().unwrap();
         std::io::copy(&mut &file, &mut std::io::sink()).unwrap();
