@@ -19,10 +19,21 @@
 //! also dropped from the page cache (`POSIX_FADV_DONTNEED`, which leaves mapped pages alone,
 //! another process's included); what is needed again is read from the file. From then on the
 //! cache holds the pages some process ran since and what the kernel read ahead of them, and a
-//! fault maps only those around it. The mappings are also marked `MADV_RANDOM`, so that a fault
-//! reads only the page it needs: kernels since "mm/filemap: allow arch to request folio size for
-//! exec memory" (2025) ignore that in code and read ahead of the fault (as far as the disk's
-//! `read_ahead_kb`), but not in the read-only data.
+//! fault maps only those around it.
+//!
+//! That still maps up to 16 pages for each one run, and the code a converging replica runs is
+//! spread thin over the binary: converging its half of 100,000 Foos, a replica ran 2.9 MiB of
+//! code in a minute and had 15.3 MiB of it mapped (2026-11-30, before the page cache was
+//! dropped; 12 to 14 MiB after).
+//! Fault-around stops at the edge of a mapping, so the released mappings are then split into
+//! mappings of one page each: every other page is marked `MADV_RANDOM` and the rest
+//! `MADV_NORMAL`, and the kernel cannot merge neighbours whose flags differ. A fault then maps
+//! the one page it needs. The flags themselves only steer how far a fault in that page reads
+//! ahead into the page cache, which no longer decides what is mapped. Each mapping costs the
+//! kernel about 200 bytes of its own memory (a `vm_area_struct` and its share of the maple
+//! tree, charged to the process's cgroup): about 1.2 MiB for the image's binary, against what
+//! it keeps unmapped. The split takes at most a quarter of the process's limit on mappings
+//! (`vm.max_map_count`), in pieces of more pages if it must.
 //!
 //! What each step saves is measured in docs/benchmark.md#what-every-replica-pays.
 
@@ -56,8 +67,21 @@ fn release() -> Result<u64, std::io::Error> {
     let exe = me.exe().map_err(std::io::Error::other)?;
     let inode = std::fs::metadata("/proc/self/exe")?.ino();
     let maps = me.smaps().map_err(std::io::Error::other)?;
+    let mappings = maps.len() as u64;
+    let chosen = releasable(maps, &exe, inode);
+    let page = procfs::page_size();
+    let pages = chosen
+        .iter()
+        .map(|map| (map.address.1 - map.address.0) / page)
+        .sum();
+    let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        // The kernel's default, if the limit cannot be read.
+        .unwrap_or(65_530);
+    let piece = pages_per_piece(pages, mappings, limit);
     let mut released = 0;
-    for map in releasable(maps, &exe, inode) {
+    for map in chosen {
         let (start, end) = map.address;
         let Some(address) = NonNull::new(start as *mut std::ffi::c_void) else {
             continue;
@@ -67,15 +91,47 @@ fn release() -> Result<u64, std::io::Error> {
         // no Rust object lives in it.
         unsafe { madvise(address, (end - start) as usize, MmapAdvise::MADV_DONTNEED) }
             .map_err(std::io::Error::from)?;
-        // SAFETY: as above; this advice only changes how much a fault reads from the file.
-        unsafe { madvise(address, (end - start) as usize, MmapAdvise::MADV_RANDOM) }
-            .map_err(std::io::Error::from)?;
+        // SAFETY: as above; these advices only change how much a fault reads from the file.
+        unsafe { split(address, (end - start) as usize, (piece * page) as usize) }?;
         released += resident(&map);
     }
     // The same file as the mappings: /proc/self/exe opens the executable even if its path has
     // been replaced since.
     drop_unmapped_from_cache(&std::fs::File::open("/proc/self/exe")?)?;
     Ok(released)
+}
+
+/// How many pages each piece of the split holds: one, unless `pages` pieces would take more than
+/// a quarter of the process's limit on mappings (`limit`) beside the `mappings` it has.
+fn pages_per_piece(pages: u64, mappings: u64, limit: u64) -> u64 {
+    let room = (limit / 4).saturating_sub(mappings).max(1);
+    pages.div_ceil(room).max(1)
+}
+
+/// Splits the mapping at `address` (`len` bytes) into mappings of `piece` bytes, so that a fault
+/// in one maps no page of the next: alternate pieces are marked `MADV_RANDOM` and
+/// `MADV_NORMAL`, which the kernel does not merge. Stops quietly where the kernel refuses a
+/// split (out of mappings): what is split by then stays split, the rest as it was.
+///
+/// # Safety
+/// The range must be one private, read-only mapping of a file (these advices change only how
+/// far a fault reads ahead).
+unsafe fn split(address: NonNull<std::ffi::c_void>, len: usize, piece: usize) -> Result<(), std::io::Error> {
+    for (index, offset) in (0..len).step_by(piece).enumerate() {
+        let advice = if index % 2 == 0 {
+            MmapAdvise::MADV_RANDOM
+        } else {
+            MmapAdvise::MADV_NORMAL
+        };
+        // SAFETY: inside the mapping, as the caller promises.
+        let start = unsafe { address.byte_add(offset) };
+        match unsafe { madvise(start, piece.min(len - offset), advice) } {
+            Ok(()) => {}
+            Err(nix::errno::Errno::ENOMEM) => return Ok(()),
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Drops the clean pages of `file` that no process maps from the page cache; what a process
@@ -197,22 +253,9 @@ Swap:                  0 kB
             })
             .expect("the test binary's code")
             .address;
-        // Read from the page table (pagemap's "present" bit) rather than smaps, whose parsing
-        // would run, and so map, much code of its own.
-        let page = procfs::page_size();
-        let pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
-        let mut entries = vec![0u8; ((code.1 - code.0) / page * 8) as usize];
-        let mut present = || -> Vec<bool> {
-            use std::os::unix::fs::FileExt;
-            pagemap.read_exact_at(&mut entries, code.0 / page * 8).unwrap();
-            entries
-                .chunks_exact(8)
-                .map(|entry| u64::from_le_bytes(entry.try_into().unwrap()) >> 63 == 1)
-                .collect()
-        };
-        let before = present();
+        let before = present(code.0, code.1 - code.0);
         let released = release().unwrap();
-        let after = present();
+        let after = present(code.0, code.1 - code.0);
         assert!(released > 0, "nothing was released");
         // Pages mapped before and not after: without the unmapping there are none, as a mapped
         // page stays mapped. Not the totals: what runs in between maps pages again around each
@@ -234,6 +277,65 @@ Swap:                  0 kB
         // And the process runs on, its code mapped again as it goes: the test returns.
     }
 
+    #[test]
+    fn the_split_takes_one_page_a_piece_within_a_quarter_of_the_mapping_limit() {
+        // The image's binary: about 6,200 pages of code and read-only data.
+        assert_eq!(pages_per_piece(6_200, 40, 65_530), 1);
+        assert_eq!(pages_per_piece(6_200, 40, 16_000), 2);
+        // A limit already used up leaves one mapping: the whole range stays one piece.
+        assert_eq!(pages_per_piece(6_200, 70_000, 65_530), 6_200);
+        assert_eq!(pages_per_piece(0, 40, 65_530), 1);
+    }
+
+    /// After the split a fault maps the page it needs and no other; without it the kernel maps
+    /// the cached pages around each fault (fault-around, 64 KiB by default).
+    #[test]
+    fn a_fault_in_a_split_mapping_maps_only_its_own_page() {
+        const PAGES: usize = 1024;
+        const STRIDE: usize = 16;
+        let page = procfs::page_size() as usize;
+        let file = cached_file("split", PAGES);
+        let read_every_stride_th = |split_first: bool| -> usize {
+            // SAFETY: a fresh private read-only mapping of the file, read here and unmapped below.
+            let map = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    PAGES * page,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    std::os::fd::AsRawFd::as_raw_fd(&file),
+                    0,
+                )
+            };
+            assert_ne!(map, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+            if split_first {
+                // SAFETY: the whole private read-only mapping just made.
+                unsafe { split(NonNull::new(map).unwrap(), PAGES * page, page) }.unwrap();
+            }
+            for index in (0..PAGES).step_by(STRIDE) {
+                // SAFETY: inside the mapping, which is readable.
+                assert_eq!(
+                    unsafe { std::ptr::read_volatile(map.cast::<u8>().add(index * page)) },
+                    7
+                );
+            }
+            let mapped = present(map as u64, (PAGES * page) as u64)
+                .iter()
+                .filter(|&&p| p)
+                .count();
+            // SAFETY: the mapping made above, no longer read.
+            unsafe { libc::munmap(map, PAGES * page) };
+            mapped
+        };
+        let touched = PAGES / STRIDE;
+        let whole = read_every_stride_th(false);
+        assert!(
+            whole > touched,
+            "the kernel mapped no page around a fault: {whole} of {touched}"
+        );
+        assert_eq!(read_every_stride_th(true), touched, "pages mapped with the split");
+    }
+
     /// Pages that no process maps leave the page cache and mapped ones stay. On a file only
     /// this test opens: the test binary itself is mapped by every test process running beside
     /// this one, so how much of it stays is theirs to decide (68% in the project CI's run of
@@ -242,18 +344,7 @@ Swap:                  0 kB
     fn pages_that_nothing_maps_leave_the_page_cache_and_mapped_pages_stay() {
         const PAGES: usize = 4096;
         let page = procfs::page_size() as usize;
-        // Beside the test binary, on the disk the build writes to: on tmpfs the page cache is
-        // the file's only copy and nothing leaves it.
-        let path = std::env::current_exe()
-            .unwrap()
-            .with_file_name(format!("code-pages-test-{}", std::process::id()));
-        std::fs::write(&path, vec![7u8; PAGES * page]).unwrap();
-        let file = std::fs::File::open(&path).unwrap();
-        // Unlinked at once: the open file keeps its pages, and a failing test leaves nothing.
-        std::fs::remove_file(&path).unwrap();
-        // Written pages stay dirty, and only clean ones can leave: as for an installed binary.
-        file.sync_data().unwrap();
-        std::io::copy(&mut &file, &mut std::io::sink()).unwrap();
+        let file = cached_file("cache", PAGES);
         let before = cached_pages(&file);
         assert!(
             before * 10 >= PAGES * 9,
@@ -294,6 +385,41 @@ Swap:                  0 kB
             after < mapped + (PAGES - mapped) / 4,
             "the page cache kept pages nothing maps: {before} pages before, {after} after, {mapped} mapped"
         );
+    }
+
+    /// A file of `pages` pages of 7s, clean and read into the page cache, as an installed binary
+    /// is once a process has started from it.
+    fn cached_file(name: &str, pages: usize) -> std::fs::File {
+        // Beside the test binary, on the disk the build writes to: on tmpfs the page cache is
+        // the file's only copy and nothing leaves it.
+        let path = std::env::current_exe()
+            .unwrap()
+            .with_file_name(format!("code-pages-{name}-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; pages * procfs::page_size() as usize]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // Unlinked at once: the open file keeps its pages, and a failing test leaves nothing.
+        std::fs::remove_file(&path).unwrap();
+        // Written pages stay dirty, and only clean ones can leave: as for an installed binary.
+        file.sync_data().unwrap();
+        std::io::copy(&mut &file, &mut std::io::sink()).unwrap();
+        file
+    }
+
+    /// Which pages of the range at `start` (`len` bytes) are mapped in this process, from the
+    /// page table (pagemap's "present" bit) rather than smaps, whose parsing would run, and so
+    /// map, much code of its own.
+    fn present(start: u64, len: u64) -> Vec<bool> {
+        use std::os::unix::fs::FileExt;
+        let page = procfs::page_size();
+        let mut entries = vec![0u8; (len / page * 8) as usize];
+        std::fs::File::open("/proc/self/pagemap")
+            .unwrap()
+            .read_exact_at(&mut entries, start / page * 8)
+            .unwrap();
+        entries
+            .chunks_exact(8)
+            .map(|entry| u64::from_le_bytes(entry.try_into().unwrap()) >> 63 == 1)
+            .collect()
     }
 
     /// How many of `file`'s pages are in the page cache (mincore(2) on a mapping that touches
