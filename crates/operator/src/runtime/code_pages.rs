@@ -296,18 +296,7 @@ Swap:                  0 kB
         let page = procfs::page_size() as usize;
         let file = cached_file("split", PAGES);
         let read_every_stride_th = |split_first: bool| -> usize {
-            // SAFETY: a fresh private read-only mapping of the file, read here and unmapped below.
-            let map = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    PAGES * page,
-                    libc::PROT_READ,
-                    libc::MAP_PRIVATE,
-                    std::os::fd::AsRawFd::as_raw_fd(&file),
-                    0,
-                )
-            };
-            assert_ne!(map, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+            let map = map_private(&file, PAGES * page);
             if split_first {
                 // SAFETY: the whole private read-only mapping just made.
                 unsafe { split(NonNull::new(map).unwrap(), PAGES * page, page) }.unwrap();
@@ -353,18 +342,7 @@ Swap:                  0 kB
 
         // A quarter of it mapped and read, as a process runs its code.
         let mapped = PAGES / 4;
-        // SAFETY: a fresh private read-only mapping, read here and unmapped below.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapped * page,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-            )
-        };
-        assert_ne!(map, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+        let map = map_private(&file, mapped * page);
         let sum: u64 = (0..mapped)
             // SAFETY: inside the mapping, which is readable.
             .map(|index| u64::from(unsafe { std::ptr::read_volatile(map.cast::<u8>().add(index * page)) }))
@@ -403,6 +381,24 @@ Swap:                  0 kB
         file.sync_data().unwrap();
         std::io::copy(&mut &file, &mut std::io::sink()).unwrap();
         file
+    }
+
+    /// A fresh private read-only mapping of the first `len` bytes of `file`, as the loader maps
+    /// code; the caller reads it and unmaps it.
+    fn map_private(file: &std::fs::File, len: usize) -> *mut libc::c_void {
+        // SAFETY: a new mapping that no Rust object overlaps.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(file),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+        map
     }
 
     /// Which pages of the range at `start` (`len` bytes) are mapped in this process, from the
