@@ -24,15 +24,14 @@
 //! That still maps up to 16 pages for each one run, and the code a converging replica runs is
 //! spread thin over the binary: converging its half of 100,000 Foos, a replica ran 2.9 MiB of
 //! code in a minute and had 15.3 MiB of it mapped (2026-11-30, before the page cache was
-//! dropped; 12 to 14 MiB after).
-//! Fault-around stops at the edge of a mapping, so the released mappings are then split into
+//! dropped; 12 to 14 MiB after). Fault-around stops at the edge of a mapping, so the released mappings are then split into
 //! mappings of one page each: every other page is marked `MADV_RANDOM` and the rest
 //! `MADV_NORMAL`, and the kernel cannot merge neighbours whose flags differ. A fault then maps
 //! the one page it needs. The flags themselves only steer how far a fault in that page reads
 //! ahead into the page cache, which no longer decides what is mapped. Each mapping costs the
 //! kernel about 200 bytes of its own memory (a `vm_area_struct` and its share of the maple
-//! tree, charged to the process's cgroup): about 1.2 MiB for the image's binary, against what
-//! it keeps unmapped. The split takes at most a quarter of the process's limit on mappings
+//! tree, charged to the process's cgroup): about 1.2 MiB for the image's binary, computed from
+//! its segments' sizes and not measured, against what it keeps unmapped. The split takes at most a quarter of the process's limit on mappings
 //! (`vm.max_map_count`), in pieces of more pages if it must.
 //!
 //! What each step saves is measured in docs/benchmark.md#what-every-replica-pays.
@@ -279,7 +278,7 @@ Swap:                  0 kB
 
     #[test]
     fn the_split_takes_one_page_a_piece_within_a_quarter_of_the_mapping_limit() {
-        // The image's binary: about 6,200 pages of code and read-only data.
+        // The image's binary: about 6,100 pages of code and read-only data.
         assert_eq!(pages_per_piece(6_200, 40, 65_530), 1);
         assert_eq!(pages_per_piece(6_200, 40, 16_000), 2);
         // A limit already used up leaves one mapping: the whole range stays one piece.
