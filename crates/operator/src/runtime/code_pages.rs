@@ -22,17 +22,17 @@
 //! fault maps only those around it.
 //!
 //! That still maps up to 16 pages for each one run, and the code a converging replica runs is
-//! spread thin over the binary: converging its half of 100,000 Foos, a replica ran 2.9 MiB of
-//! code in a minute and had 15.3 MiB of it mapped (2026-11-30, before the page cache was
-//! dropped; 12 to 14 MiB after). Fault-around stops at the edge of a mapping, so the released mappings are then split into
-//! mappings of one page each: every other page is marked `MADV_RANDOM` and the rest
-//! `MADV_NORMAL`, and the kernel cannot merge neighbours whose flags differ. A fault then maps
-//! the one page it needs. The flags themselves only steer how far a fault in that page reads
-//! ahead into the page cache, which no longer decides what is mapped. Each mapping costs the
-//! kernel about 200 bytes of its own memory (a `vm_area_struct` and its share of the maple
-//! tree, charged to the process's cgroup): about 1.2 MiB for the image's binary, computed from
-//! its segments' sizes and not measured, against what it keeps unmapped. The split takes at most a quarter of the process's limit on mappings
-//! (`vm.max_map_count`), in pieces of more pages if it must.
+//! spread thin over the binary: converging its half of 100,000 Foos, a replica ran 2.9 MiB of code
+//! in a minute and had 15.3 MiB of it mapped (2026-11-30, before the page cache was dropped; 12 to
+//! 14 MiB after). Fault-around stops at the edge of a mapping, so the released mappings are then
+//! split into mappings of one page each: every other page is marked `MADV_RANDOM` and the rest
+//! `MADV_NORMAL`, and the kernel cannot merge neighbours whose flags differ. A fault then maps the
+//! one page it needs. The flags themselves only steer how far a fault in that page reads ahead into
+//! the page cache, which no longer decides what is mapped. Each mapping costs the kernel about 200
+//! bytes of its own memory (a `vm_area_struct` and its share of the maple tree, charged to the
+//! process's cgroup): about 1.2 MiB for the image's binary, computed from its segments' sizes and
+//! not measured, against what it keeps unmapped. The split takes at most a quarter of the process's
+//! limit on mappings (`vm.max_map_count`), in pieces of more pages if it must.
 //!
 //! What each step saves is measured in docs/benchmark.md#what-every-replica-pays.
 
