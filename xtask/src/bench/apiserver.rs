@@ -58,7 +58,7 @@ pub async fn backlog(
         create_namespace(&client, namespace).await?;
     }
     let tracker = Tracker::start(&client, namespace).await?;
-    if kept.is_none() {
+    if kept.is_none() && n > 0 {
         println!("   creating {n} Foos");
         create_foos(&client, namespace, n).await?;
     }

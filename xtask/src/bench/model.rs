@@ -180,10 +180,11 @@ pub fn runs_once(scenario: Scenario) -> bool {
 pub const UNTUNED_MAX_N: usize = 10_000;
 
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Scenario {
+    #[default]
     Backlog,
     Burst,
     Steady,

@@ -1,9 +1,11 @@
 //! `cargo xtask bench-profile`: where the CPU goes while our operator (or, with `--contender`,
-//! another contender of the main benchmark) converges a backlog of Foos, in the operator and in
-//! the apiserver, and which requests it made. Below, "the operator" is whichever was profiled.
+//! another contender of the main benchmark) converges a backlog of Foos, or with `--scenario
+//! burst` a burst, in the operator and in the apiserver, and which requests it made. Below, "the
+//! operator" is whichever was profiled.
 //!
 //! One run, as the main benchmark's backlog scenario runs ours: a fresh etcd and kube-apiserver
-//! (`.cluster-bench/`, no controller-manager), the Foos created first, then the release build
+//! (`.cluster-bench/`, no controller-manager), the Foos created first (in a burst, once the
+//! operator is idle, and the times start at the first create), then the release build
 //! started by `perf record` with the benchmark's options, sampling on the `cpu-clock` software
 //! event (this machine's virtual CPUs count no cycles). The apiserver built here has no symbol
 //! table for perf, so its own CPU profile is read instead (`/debug/pprof/profile`, Go's 100
@@ -28,16 +30,21 @@ use serde::{Deserialize, Serialize};
 
 use super::apiserver::{self, RequestCounts};
 use super::contender::Contenders;
-use super::model::{self, Contender};
+use super::model::{self, Contender, Scenario};
 use super::tracker::Outcome;
 use super::{parse_duration, proc_stats};
 
 /// Options of `cargo xtask bench-profile`.
 #[derive(clap::Args, Debug)]
 pub struct ProfileArgs {
-    /// Foos in the backlog.
+    /// Foos in the backlog, or created in the burst.
     #[arg(long, default_value_t = 100_000)]
     pub n: usize,
+    /// What is profiled, as the main benchmark runs it: `backlog` (the Foos exist, then the
+    /// operator starts) or `burst` (the operator starts and goes idle, then the Foos are
+    /// created as fast as the apiserver takes them).
+    #[arg(long, value_enum, default_value = "backlog")]
+    pub scenario: Scenario,
     /// Samples a second of the profiled contender's CPU time (the apiserver's own profile takes
     /// Go's 100).
     #[arg(long, default_value_t = 499)]
@@ -57,6 +64,12 @@ pub struct ProfileArgs {
     /// apiserver's time is ours' own doing rather than the work's.
     #[arg(long, value_enum, default_value = "ours-streaming")]
     pub contender: Contender,
+    /// Also record each sample's call chain (perf's `--call-graph dwarf`, which copies 16 KiB
+    /// of stack a sample: hundreds of MiB over 100,000 Foos), and keep perf's data as
+    /// `operator.perf.data` in `--out`, for `perf report --children` to tell who called the
+    /// functions the report names. The tables stay flat.
+    #[arg(long)]
+    pub call_graph: bool,
     /// Only render PROFILE.md again from profile.json.
     #[arg(long)]
     pub report_only: bool,
@@ -73,16 +86,53 @@ pub struct Profile {
     /// before `--contender` have none: they were of ours, as the default runs it.
     #[serde(default)]
     pub contender: Contender,
+    /// Profiles written before `--scenario` have none: they were of backlogs.
+    #[serde(default)]
+    pub scenario: Scenario,
     pub n: usize,
     pub frequency: u32,
-    /// From the operator's start until the last Foo converged.
+    /// From the operator's start (in a burst, the first create) until the last Foo converged.
     pub converged_seconds: f64,
     /// Until it went quiet after that (its Events written).
     pub quiet_seconds: f64,
+    /// In a burst, the operator's CPU from its start until the first create (its first lists,
+    /// of nothing): perf's samples include it, [`Process::cpu_seconds`] does not.
+    #[serde(default)]
+    pub cpu_before_seconds: f64,
     pub operator: Process,
     pub apiserver: Process,
     /// Requests the apiserver served for the Foo controller's resources, keyed `VERB resource`.
     pub requests: BTreeMap<String, u64>,
+    /// Ours' own counters once it went quiet, keyed by metric ([`OPERATOR_COUNTERS`]), summed
+    /// over their labels; none for a Go contender.
+    #[serde(default)]
+    pub operator_counters: BTreeMap<String, u64>,
+}
+
+/// The counters of ours' /metrics that tell how much work the requests stood for: reconciles,
+/// the triggers that asked for them, and watches started again.
+const OPERATOR_COUNTERS: [&str; 3] = [
+    "controller_runtime_reconcile_total",
+    "workqueue_adds_total",
+    "sample_operator_watch_restarts_total",
+];
+
+/// The sum over its labels of each of `names` in a Prometheus text exposition, for those it
+/// holds.
+fn counter_sums(text: &str, names: &[&str]) -> BTreeMap<String, u64> {
+    let mut sums = BTreeMap::new();
+    for line in text.lines().filter(|line| !line.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let name = series.split_once('{').map_or(series, |(name, _)| name);
+        if names.contains(&name)
+            && let Ok(value) = value.parse::<f64>()
+        {
+            *sums.entry(name.to_owned()).or_default() += value as u64;
+        }
+    }
+    sums
 }
 
 /// One profiled process.
@@ -100,9 +150,17 @@ pub struct Process {
 const TOP_FUNCTIONS: usize = 25;
 const JSON_FILE: &str = "profile.json";
 const REPORT_FILE: &str = "PROFILE.md";
+/// perf's data, kept with `--call-graph`.
+const PERF_DATA_FILE: &str = "operator.perf.data";
 
 pub async fn run(args: ProfileArgs) -> Result<()> {
     let out = paths::repo_root().join(&args.out);
+    if !matches!(args.scenario, Scenario::Backlog | Scenario::Burst) {
+        bail!(
+            "bench-profile runs the backlog or the burst, not {:?}",
+            args.scenario
+        );
+    }
     if args.report_only {
         let text = std::fs::read_to_string(out.join(JSON_FILE))
             .with_context(|| format!("reading {}", out.join(JSON_FILE).display()))?;
@@ -129,8 +187,18 @@ pub async fn run(args: ProfileArgs) -> Result<()> {
         },
     )?;
     profile.apiserver.fill_from_pprof(&apiserver_profiles)?;
-    let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&out)?;
+    if args.call_graph {
+        let kept = out.join(PERF_DATA_FILE);
+        // A rename cannot cross file systems; a copy can.
+        std::fs::copy(work.join("operator.data"), &kept)
+            .with_context(|| format!("keeping perf's data as {}", kept.display()))?;
+        println!(
+            "== perf's data with call chains: perf report -i {}",
+            kept.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&work);
     std::fs::write(
         out.join(JSON_FILE),
         serde_json::to_string_pretty(&profile)? + "\n",
@@ -165,7 +233,16 @@ async fn profile_run(
     args: &ProfileArgs,
     work: &Path,
 ) -> Result<(Profile, Vec<PathBuf>)> {
-    println!("== a fresh etcd and kube-apiserver, and {} Foos", args.n);
+    let burst = args.scenario == Scenario::Burst;
+    const NAMESPACE: &str = "bench-profile";
+    println!(
+        "== a fresh etcd and kube-apiserver{}",
+        if burst {
+            String::new()
+        } else {
+            format!(", and {} Foos", args.n)
+        }
+    );
     let apiserver::Backlog {
         state,
         apiserver_pid,
@@ -173,8 +250,8 @@ async fn profile_run(
         tracker,
     } = apiserver::backlog(
         cluster,
-        "bench-profile",
-        args.n,
+        NAMESPACE,
+        if burst { 0 } else { args.n },
         UpOptions {
             profiling: true,
             ..UpOptions::default()
@@ -182,15 +259,22 @@ async fn profile_run(
     )
     .await?;
 
-    let before = RequestCounts::scrape(&client).await?;
-    let apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds;
+    let mut before = RequestCounts::scrape(&client).await?;
+    let mut apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds;
     let logs = cluster.logs_dir().join("profile");
     // As the main benchmark runs it, at ours' default concurrency.
     let invocation =
         contenders.invocation(args.contender, &cluster.kubeconfig(), model::OPERATOR_CONCURRENCY)?;
-    println!("== converging them with perf recording");
+    println!(
+        "== {} with perf recording",
+        if burst {
+            "starting the operator"
+        } else {
+            "converging them"
+        }
+    );
     let date = super::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
-    let start = Instant::now();
+    let mut start = Instant::now();
     // The operator runs under perf: attached to a process that has only begun, perf missed
     // the threads it went on to start.
     let mut perf_args = vec![
@@ -203,12 +287,37 @@ async fn profile_run(
         "-o".into(),
         work.join("operator.data").display().to_string(),
     ];
+    if args.call_graph {
+        // The release build has no frame pointers: the chains come from copies of the stack,
+        // unwound by perf afterwards with the binary's .eh_frame.
+        perf_args.extend(["--call-graph".into(), "dwarf,16384".into()]);
+    }
     perf_args.push("--".into());
     perf_args.push(invocation.binary.display().to_string());
-    perf_args.extend(invocation.args);
+    perf_args.extend(invocation.args.iter().cloned());
     let perf_operator = Stopped(Component::start("perf-operator", perf, &perf_args, &logs)?);
     let ours = Stopped(child(&perf_operator.0, &invocation.binary, &logs)?);
+    let mut cpu_before = 0.0;
+    if burst {
+        // As the main benchmark's burst: the Foos meet an operator whose caches are synced.
+        proc_stats::wait_quiet(
+            ours.0.pid,
+            Duration::from_secs(2),
+            Duration::from_secs(2),
+            Duration::from_secs(30),
+        )
+        .await?;
+        cpu_before = proc_stats::read(ours.0.pid)?.cpu_seconds;
+        before = RequestCounts::scrape(&client).await?;
+        apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds;
+        println!("== creating {} Foos", args.n);
+        start = Instant::now();
+    }
     let apiserver_profile = PprofWindows::start(client.clone(), work.to_owned());
+    if burst {
+        // The tracker follows the Foos meanwhile, as in the main benchmark's burst.
+        apiserver::create_foos(&client, NAMESPACE, args.n).await?;
+    }
 
     let converged = match tracker
         .wait_converged(args.n, start, args.timeout, &[&ours.0])
@@ -232,8 +341,20 @@ async fn profile_run(
     .await?;
     let quiet = start.elapsed();
     let after = RequestCounts::scrape(&client).await?;
+    let operator_counters = if args.contender.is_ours() {
+        let url = format!("http://127.0.0.1:{}/metrics", invocation.metrics_port);
+        let answer = local_cluster::http::get(&url, Duration::from_secs(5))
+            .with_context(|| format!("reading the operator's {url}"))?;
+        counter_sums(&answer.body, &OPERATOR_COUNTERS)
+    } else {
+        BTreeMap::new()
+    };
     let operator_cpu = proc_stats::read(ours.0.pid)?.cpu_seconds;
     let apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds - apiserver_cpu;
+    let mut requests = after.since(&before);
+    if burst {
+        super::run::remove_own_creates(&mut requests, "POST foos", args.n);
+    }
     // perf writes its file when the operator exits.
     drop((ours, perf_operator));
     let apiserver_profiles = apiserver_profile.finish().await?;
@@ -244,19 +365,22 @@ async fn profile_run(
             commit: super::operator_commit(),
             kubernetes_version: state.kubernetes_version.clone(),
             contender: args.contender,
+            scenario: args.scenario,
             n: args.n,
             frequency: args.frequency,
             converged_seconds: converged.as_secs_f64(),
             quiet_seconds: quiet.as_secs_f64(),
+            cpu_before_seconds: cpu_before,
             operator: Process {
-                cpu_seconds: operator_cpu,
+                cpu_seconds: operator_cpu - cpu_before,
                 ..Process::default()
             },
             apiserver: Process {
                 cpu_seconds: apiserver_cpu,
                 ..Process::default()
             },
-            requests: after.since(&before),
+            requests,
+            operator_counters,
         },
         apiserver_profiles,
     ))
@@ -348,8 +472,16 @@ impl Process {
     /// Counts the samples in `data` by area and by function.
     fn fill(&mut self, perf: &Path, data: &Path, area: fn(&str, &str) -> &'static str) -> Result<()> {
         let output = Command::new(perf)
-            // perf prints no function without its address.
-            .args(["script", "--no-inline", "-F", "ip,sym,dso", "-i"])
+            // perf prints no function without its address; a sample's call chain, when
+            // recorded, would print a line per caller.
+            .args([
+                "script",
+                "--no-inline",
+                "--hide-call-graph",
+                "-F",
+                "ip,sym,dso",
+                "-i",
+            ])
             .arg(data)
             .output()
             .with_context(|| format!("running perf script on {}", data.display()))?;
@@ -779,31 +911,57 @@ pub fn markdown(p: &Profile, method: &str) -> String {
     } else {
         (format!("`{}`", p.contender.label()), "contender")
     };
-    md.push_str(&format!("# Where the CPU goes: {title} converging a backlog\n\n"));
+    let burst = p.scenario == Scenario::Burst;
     md.push_str(&format!(
-        "Written by `cargo xtask bench-profile --contender {}` ([the method]({method})); \
+        "# Where the CPU goes: {title} converging {}\n\n",
+        if burst { "a burst" } else { "a backlog" }
+    ));
+    let value =
+        |v: Option<clap::builder::PossibleValue>| v.map_or_else(String::new, |v| v.get_name().to_owned());
+    md.push_str(&format!(
+        "Written by `cargo xtask bench-profile --contender {}{}` ([the method]({method})); \
          measured {} on {}, Kubernetes {}, operator at {}.\n\n",
-        p.contender
-            .to_possible_value()
-            .map_or_else(String::new, |v| v.get_name().to_owned()),
+        value(p.contender.to_possible_value()),
+        if burst { " --scenario burst" } else { "" },
         p.date,
         p.machine,
         p.kubernetes_version,
         p.commit
     ));
-    md.push_str(&format!(
-        "{} Foos created before the {name} started (the backlog scenario); converged {:.1} s \
-         after its start, quiet (its Events written) after {:.1} s. `perf record -e cpu-clock \
-         -F {}` sampled the {name} over that time, and the apiserver's own CPU profile \
-         (`/debug/pprof/profile`, 100 samples a second of CPU, read by `go tool pprof`) the \
-         apiserver, in windows of {} s from the {name}'s start until the one under way when \
-         it went quiet; a function's share is its own samples, not its callees'.\n\n",
-        p.n,
-        p.converged_seconds,
-        p.quiet_seconds,
-        p.frequency,
-        PPROF_WINDOW.as_secs()
-    ));
+    if burst {
+        md.push_str(&format!(
+            "{} Foos created as fast as the apiserver took them once the {name} had started and \
+             gone idle (the burst scenario); converged {:.1} s after the first create, quiet (its \
+             Events written) after {:.1} s. `perf record -e cpu-clock -F {}` sampled the {name} \
+             from its start, which took {:.2} s of its CPU before the first create (in its \
+             samples, not in its CPU below), and the apiserver's own CPU profile \
+             (`/debug/pprof/profile`, 100 samples a second of CPU, read by `go tool pprof`) the \
+             apiserver, in windows of {} s from the first create until the one under way when \
+             the {name} went quiet; a function's share is its own samples, not its callees'. \
+             The benchmark's own creates are left out of the requests, not of the apiserver's \
+             CPU.\n\n",
+            p.n,
+            p.converged_seconds,
+            p.quiet_seconds,
+            p.frequency,
+            p.cpu_before_seconds,
+            PPROF_WINDOW.as_secs()
+        ));
+    } else {
+        md.push_str(&format!(
+            "{} Foos created before the {name} started (the backlog scenario); converged {:.1} s \
+             after its start, quiet (its Events written) after {:.1} s. `perf record -e cpu-clock \
+             -F {}` sampled the {name} over that time, and the apiserver's own CPU profile \
+             (`/debug/pprof/profile`, 100 samples a second of CPU, read by `go tool pprof`) the \
+             apiserver, in windows of {} s from the {name}'s start until the one under way when \
+             it went quiet; a function's share is its own samples, not its callees'.\n\n",
+            p.n,
+            p.converged_seconds,
+            p.quiet_seconds,
+            p.frequency,
+            PPROF_WINDOW.as_secs()
+        ));
+    }
     md.push_str("| process | CPU | CPU per Foo | samples |\n|---|--:|--:|--:|\n");
     for (name, process) in [(name, &p.operator), ("kube-apiserver", &p.apiserver)] {
         md.push_str(&format!(
@@ -814,15 +972,32 @@ pub fn markdown(p: &Profile, method: &str) -> String {
         ));
     }
     md.push_str(&format!(
-        "\n## Requests\n\nWhat the apiserver served on the Foo controller's resources from the {name}'s \
-         start until it went quiet (`apiserver_request_total`, which counts a watch once it \
-         ends), in all and per Foo:\n\n| request | count | per Foo |\n|---|--:|--:|\n"
+        "\n## Requests\n\nWhat the apiserver served on the Foo controller's resources from the {} \
+         until the {name} went quiet (`apiserver_request_total`, which counts a watch once it \
+         ends), in all and per Foo:\n\n| request | count | per Foo |\n|---|--:|--:|\n",
+        if burst {
+            "first create".to_owned()
+        } else {
+            format!("{name}'s start")
+        }
     ));
     for (request, count) in &p.requests {
         md.push_str(&format!(
             "| {request} | {count} | {:.2} |\n",
             *count as f64 / p.n.max(1) as f64
         ));
+    }
+    if !p.operator_counters.is_empty() {
+        md.push_str(&format!(
+            "\nThe {name}'s own counters once it went quiet (its /metrics, summed over their \
+             labels), in all and per Foo:\n\n| counter | count | per Foo |\n|---|--:|--:|\n"
+        ));
+        for (counter, count) in &p.operator_counters {
+            md.push_str(&format!(
+                "| `{counter}` | {count} | {:.2} |\n",
+                *count as f64 / p.n.max(1) as f64
+            ));
+        }
     }
     for (title, process) in [(name, &p.operator), ("kube-apiserver", &p.apiserver)] {
         md.push_str(&format!("\n## {title}\n\n"));
@@ -1056,6 +1231,65 @@ mod tests {
         );
         assert!(md.contains("| contender | 10.0 s | 10000 µs | 200 |"), "{md}");
         assert!(!md.contains("sample-operator"), "{md}");
+        let burst = Profile {
+            scenario: Scenario::Burst,
+            cpu_before_seconds: 0.25,
+            ..ceiling
+        };
+        let md = markdown(&burst, "README.md#profile");
+        assert!(md.contains("converging a burst"), "{md}");
+        assert!(md.contains("--contender ceiling-ours --scenario burst`"), "{md}");
+        assert!(
+            md.contains("took 0.25 s of its CPU before the first create"),
+            "{md}"
+        );
+        assert!(md.contains("resources from the first create until"), "{md}");
+    }
+
+    #[test]
+    fn counters_are_summed_over_their_labels() {
+        let text = "# HELP controller_runtime_reconcile_total Total\n\
+                    # TYPE controller_runtime_reconcile_total counter\n\
+                    controller_runtime_reconcile_total{controller=\"foo\",result=\"success\"} 1500\n\
+                    controller_runtime_reconcile_total{controller=\"foo\",result=\"error\"} 2\n\
+                    controller_runtime_reconcile_time_seconds_count{controller=\"foo\"} 9\n\
+                    workqueue_adds_total{controller=\"foo\",name=\"foo\"} 3000\n\
+                    process_cpu_seconds_total 1.5\n";
+        let sums = counter_sums(text, &OPERATOR_COUNTERS);
+        assert_eq!(
+            sums,
+            BTreeMap::from([
+                ("controller_runtime_reconcile_total".to_owned(), 1502),
+                ("workqueue_adds_total".to_owned(), 3000),
+            ])
+        );
+        let profile = Profile {
+            n: 1000,
+            operator_counters: sums,
+            ..Profile::default()
+        };
+        let md = markdown(&profile, "README.md#profile");
+        assert!(
+            md.contains("| `controller_runtime_reconcile_total` | 1502 | 1.50 |"),
+            "{md}"
+        );
+    }
+
+    /// Profiles written before `--scenario` were all of backlogs.
+    #[test]
+    fn a_profile_without_a_scenario_was_of_a_backlog() {
+        let mut json = serde_json::to_value(Profile::default()).unwrap();
+        let fields = json.as_object_mut().unwrap();
+        fields.remove("scenario");
+        fields.remove("cpu_before_seconds");
+        let profile: Profile = serde_json::from_value(json).unwrap();
+        assert_eq!(profile.scenario, Scenario::Backlog);
+        let md = markdown(&profile, "README.md#profile");
+        assert!(md.contains("converging a backlog"), "{md}");
+        assert!(
+            md.contains("resources from the sample-operator's start until"),
+            "{md}"
+        );
     }
 
     /// A Go contender's samples: the kernel's and the C library's by where they ran, its own by

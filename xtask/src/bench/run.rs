@@ -287,7 +287,7 @@ async fn burst(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> 
 
 /// The benchmark's own Foo creates (requests, or etcd writes: `key`) are in the burst's window;
 /// no controller creates Foos.
-fn remove_own_creates(counts: &mut BTreeMap<String, u64>, key: &str, n: usize) {
+pub(super) fn remove_own_creates(counts: &mut BTreeMap<String, u64>, key: &str, n: usize) {
     if let Some(creates) = counts.get_mut(key) {
         *creates = creates.saturating_sub(n as u64);
         if *creates == 0 {
