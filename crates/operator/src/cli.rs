@@ -130,6 +130,11 @@ pub struct RunArgs {
     /// Reconciles in flight at once, per controller.
     #[arg(long, env = "SAMPLE_OPERATOR_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+    /// Threads that run the controllers (tokio's workers); 0: one per CPU core the process may
+    /// use. One carries thousands of reconciles, which mostly wait on the API server: more
+    /// only add wake-ups and work stealing (docs/benchmark.md#worker-threads).
+    #[arg(long, env = "SAMPLE_OPERATOR_WORKER_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub worker_threads: u16,
     /// Also reconcile every object this often, in seconds (0: only on changes).
     #[arg(long, env = "SAMPLE_OPERATOR_RESYNC_SECONDS", default_value_t = 0)]
     pub resync_seconds: u64,
@@ -503,7 +508,7 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Run(run) => {
-            let runtime = match tokio::runtime::Runtime::new() {
+            let runtime = match async_runtime(run.worker_threads) {
                 Ok(runtime) => runtime,
                 Err(e) => return fail(format!("cannot start the async runtime: {e}")),
             };
@@ -513,6 +518,16 @@ pub fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The multi-threaded runtime with `worker_threads` workers, or tokio's default (one per core
+/// it may use, or `TOKIO_WORKER_THREADS`) for 0.
+fn async_runtime(worker_threads: u16) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if worker_threads > 0 {
+        builder.worker_threads(usize::from(worker_threads));
+    }
+    builder.enable_all().build()
 }
 
 /// One clear line on stderr, no backtrace.
@@ -1053,6 +1068,21 @@ mod tests {
         match Args::try_parse_from(argv)?.command {
             Command::Run(run) => Ok(*run),
             Command::Crd { .. } | Command::NodeCleanup(_) => unreachable!("run was given"),
+        }
+    }
+
+    #[test]
+    fn the_runtime_has_the_worker_threads_asked_for_and_one_by_default() {
+        assert_eq!(run_args(&[]).unwrap().worker_threads, 1);
+        assert!(run_args(&["--worker-threads", "1025"]).is_err());
+        for asked in [1, 3] {
+            let runtime = async_runtime(asked).unwrap();
+            assert_eq!(runtime.metrics().num_workers(), usize::from(asked));
+        }
+        // 0 leaves the count to tokio: one per core this process may use.
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+            assert_eq!(async_runtime(0).unwrap().metrics().num_workers(), cores);
         }
     }
 
