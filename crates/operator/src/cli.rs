@@ -131,9 +131,9 @@ pub struct RunArgs {
     #[arg(long, env = "SAMPLE_OPERATOR_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// Threads that run the controllers (tokio's workers); 0: one per CPU core the process may
-    /// use. One carries thousands of reconciles, which mostly wait on the API server: more
-    /// only add wake-ups and work stealing (docs/benchmark.md#worker-threads).
-    #[arg(long, env = "SAMPLE_OPERATOR_WORKER_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    /// use, which with no CPU limit is every core of the node. Two carry thousands of
+    /// reconciles, which mostly wait on the API server (docs/benchmark.md#worker-threads).
+    #[arg(long, env = "SAMPLE_OPERATOR_WORKER_THREADS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub worker_threads: u16,
     /// Also reconcile every object this often, in seconds (0: only on changes).
     #[arg(long, env = "SAMPLE_OPERATOR_RESYNC_SECONDS", default_value_t = 0)]
@@ -1072,8 +1072,8 @@ mod tests {
     }
 
     #[test]
-    fn the_runtime_has_the_worker_threads_asked_for_and_one_by_default() {
-        assert_eq!(run_args(&[]).unwrap().worker_threads, 1);
+    fn the_runtime_has_the_worker_threads_asked_for_and_two_by_default() {
+        assert_eq!(run_args(&[]).unwrap().worker_threads, 2);
         assert!(run_args(&["--worker-threads", "1025"]).is_err());
         for asked in [1, 3] {
             let runtime = async_runtime(asked).unwrap();
