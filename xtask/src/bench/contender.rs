@@ -65,9 +65,10 @@ impl Contenders {
         let name = format!("{contender:?}").to_lowercase();
         let from = std::fs::metadata(logs.join(format!("{name}.log"))).map_or(0, |m| m.len());
         let ready = match contender {
-            Contender::Ours | Contender::OursStreaming | Contender::OursEventsOff => {
-                Ready::Http(invocation.probe_port)
-            }
+            Contender::Ours
+            | Contender::OursStreaming
+            | Contender::OursEventsOff
+            | Contender::OursThreadPerCore => Ready::Http(invocation.probe_port),
             // sample-controller and controller-runtime both log this once WaitForCacheSync has
             // returned, before their workers start.
             Contender::SampleController
@@ -99,7 +100,10 @@ impl Contenders {
         let probe_port = free_port()?;
         let metrics_port = free_port()?;
         let (binary, mut args) = match contender {
-            Contender::Ours | Contender::OursStreaming | Contender::OursEventsOff => (
+            Contender::Ours
+            | Contender::OursStreaming
+            | Contender::OursEventsOff
+            | Contender::OursThreadPerCore => (
                 self.ours
                     .clone()
                     .context("our operator was not prepared: it is not among --contenders")?,
@@ -165,6 +169,9 @@ impl Contenders {
             Contender::Ours => args.push("--initial-list=list".into()),
             Contender::OursStreaming => args.push("--initial-list=stream".into()),
             Contender::OursEventsOff => args.extend(["--initial-list=list".into(), "--events=none".into()]),
+            Contender::OursThreadPerCore => {
+                args.extend(["--initial-list=list".into(), "--worker-threads=0".into()])
+            }
             Contender::CeilingOurs => args.push("-ours".into()),
             Contender::CeilingOursStatus => args.push("-ours-status".into()),
             Contender::CeilingOursStatusMerge => args.push("-ours-status-merge".into()),
@@ -355,5 +362,34 @@ mod tests {
         let a = fingerprint(&go_module(), "go1.26.8").unwrap();
         assert_eq!(a, fingerprint(&go_module(), "go1.26.8").unwrap());
         assert_ne!(a, fingerprint(&go_module(), "go1.27.0").unwrap());
+    }
+
+    /// Each of ours' variants is started with flags the operator has: the options table of
+    /// docs/operating.md lists exactly its flags (the operator's own tests check that).
+    #[test]
+    fn ours_variants_pass_flags_the_operator_has() {
+        let operating = std::fs::read_to_string(paths::repo_root().join("docs/operating.md")).unwrap();
+        let contenders = Contenders {
+            ours: Some("sample-operator".into()),
+            go_bin: "go-bin".into(),
+        };
+        let mut extra = std::collections::BTreeSet::new();
+        for contender in Contender::ALL.into_iter().filter(|c| c.is_ours()) {
+            let invocation = contenders
+                .invocation(contender, Path::new("kubeconfig"), 128)
+                .unwrap();
+            for arg in invocation.args.iter().filter(|a| a.starts_with("--")) {
+                let flag = arg.split('=').next().unwrap();
+                assert!(
+                    operating.contains(&format!("| `{flag}` |")),
+                    "{contender:?} passes {flag}, which the operator does not have"
+                );
+                extra.insert(arg.clone());
+            }
+        }
+        // The variants differ by these, which must then reach the command line.
+        for arg in ["--initial-list=stream", "--events=none", "--worker-threads=0"] {
+            assert!(extra.contains(arg), "no variant of ours passes {arg}");
+        }
     }
 }

@@ -32,6 +32,9 @@ pub enum Contender {
     /// Ours with `--events=none`: the same work as the two-write ceiling and the tuned
     /// controller-runtime, which write no Events.
     OursEventsOff,
+    /// Ours with `--worker-threads=0`: a tokio worker per core, as it ran before its workers
+    /// were bounded (two by default, as many as the benchmark's machine has cores).
+    OursThreadPerCore,
     /// kubernetes/sample-controller at the matching release, with its defaults.
     SampleController,
     /// The Foo controller on controller-runtime in bench/go, with controller-runtime's defaults.
@@ -57,10 +60,11 @@ pub enum Contender {
 }
 
 impl Contender {
-    pub const ALL: [Contender; 11] = [
+    pub const ALL: [Contender; 12] = [
         Contender::Ours,
         Contender::OursStreaming,
         Contender::OursEventsOff,
+        Contender::OursThreadPerCore,
         Contender::SampleController,
         Contender::SampleControllerTuned,
         Contender::ControllerRuntime,
@@ -76,6 +80,7 @@ impl Contender {
             Contender::Ours => "sample-operator (ours)",
             Contender::OursStreaming => "sample-operator, streaming lists (ours)",
             Contender::OursEventsOff => "sample-operator, Events off (ours)",
+            Contender::OursThreadPerCore => "sample-operator, a worker thread per core (ours)",
             Contender::SampleController => "sample-controller (Go)",
             Contender::ControllerRuntime => "controller-runtime (Go)",
             Contender::SampleControllerTuned => "sample-controller tuned (Go)",
@@ -98,7 +103,10 @@ impl Contender {
     pub fn is_ours(self) -> bool {
         matches!(
             self,
-            Contender::Ours | Contender::OursStreaming | Contender::OursEventsOff
+            Contender::Ours
+                | Contender::OursStreaming
+                | Contender::OursEventsOff
+                | Contender::OursThreadPerCore
         )
     }
 

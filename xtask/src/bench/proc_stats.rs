@@ -28,6 +28,14 @@ pub fn read(pid: i32) -> Result<ProcStats> {
     })
 }
 
+/// Waits until a controller just started has gone idle, which means its caches are synced: a
+/// burst's Foos then meet a controller that is ready, in the benchmark and its profile alike.
+pub async fn wait_synced(pid: i32) -> Result<()> {
+    let two = Duration::from_secs(2);
+    wait_quiet(pid, two, two, Duration::from_secs(30)).await?;
+    Ok(())
+}
+
 /// Waits until the process has used almost no CPU for `quiet` (under 2% of one core), but at
 /// least `min` and at most `max` in all: a controller that has synced its caches and worked off
 /// its queue goes quiet. Returns how long it waited and whether it went quiet.

@@ -259,8 +259,15 @@ async fn profile_run(
     )
     .await?;
 
-    let mut before = RequestCounts::scrape(&client).await?;
-    let mut apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds;
+    // A backlog is measured from the operator's start, a burst from its first create.
+    let (mut before, mut apiserver_cpu) = if burst {
+        (RequestCounts::default(), 0.0)
+    } else {
+        (
+            RequestCounts::scrape(&client).await?,
+            proc_stats::read(apiserver_pid)?.cpu_seconds,
+        )
+    };
     let logs = cluster.logs_dir().join("profile");
     // As the main benchmark runs it, at ours' default concurrency.
     let invocation =
@@ -299,14 +306,7 @@ async fn profile_run(
     let ours = Stopped(child(&perf_operator.0, &invocation.binary, &logs)?);
     let mut cpu_before = 0.0;
     if burst {
-        // As the main benchmark's burst: the Foos meet an operator whose caches are synced.
-        proc_stats::wait_quiet(
-            ours.0.pid,
-            Duration::from_secs(2),
-            Duration::from_secs(2),
-            Duration::from_secs(30),
-        )
-        .await?;
+        proc_stats::wait_synced(ours.0.pid).await?;
         cpu_before = proc_stats::read(ours.0.pid)?.cpu_seconds;
         before = RequestCounts::scrape(&client).await?;
         apiserver_cpu = proc_stats::read(apiserver_pid)?.cpu_seconds;

@@ -259,8 +259,7 @@ async fn converge_backlog(env: &Env, spec: &RunSpec, tracker: &Tracker, namespac
 async fn burst(env: &Env, spec: &RunSpec, namespace: &str) -> Result<RunResult> {
     let tracker = Tracker::start(&env.client, namespace).await?;
     let contender = env.start(spec)?;
-    // Idle means its caches are synced: the burst then meets a controller that is ready.
-    proc_stats::wait_quiet(contender.pid(), secs(2), secs(2), secs(30)).await?;
+    proc_stats::wait_synced(contender.pid()).await?;
     let cpu_before = proc_stats::read(contender.pid())?.cpu_seconds;
     let before = RequestCounts::scrape(&env.client).await?;
     let start = Instant::now();
