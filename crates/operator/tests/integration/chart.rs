@@ -168,6 +168,7 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                 "controllers[0]=foo",
                 "controllers[1]=network",
                 "concurrency=4",
+                "workerThreads=4",
                 "log.format=plain",
                 "log.level=sample_operator=debug",
                 "events=warnings",
@@ -426,6 +427,7 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
         ("log.format=xml", "/log/format"),
         ("events=some", "/events"),
         ("concurrency=0", "/concurrency"),
+        ("workerThreads=2000", "/workerThreads"),
         (
             "metrics.serviceMonitor.interval=often",
             "/metrics/serviceMonitor/interval",
@@ -875,6 +877,7 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
     type Read = fn(&RunArgs) -> String;
     const OPTIONS: &[(&str, Read)] = &[
         ("concurrency", |r| r.concurrency.to_string()),
+        ("workerThreads", |r| r.worker_threads.to_string()),
         ("log.level", |r| r.log_level.clone()),
         ("log.format", |r| format!("{:?}", r.log_format).to_lowercase()),
         ("events", |r| format!("{:?}", r.events).to_lowercase()),
