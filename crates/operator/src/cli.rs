@@ -498,7 +498,9 @@ pub fn main() -> ExitCode {
     match args.command {
         Command::Crd { example_com } => print_crds(example_com),
         Command::NodeCleanup(args) => {
-            let runtime = match tokio::runtime::Runtime::new() {
+            // One watch and a sweep now and then, on every node of a DaemonSet: one worker, not
+            // one per core of each node.
+            let runtime = match async_runtime(1) {
                 Ok(runtime) => runtime,
                 Err(e) => return fail(format!("cannot start the async runtime: {e}")),
             };
