@@ -22,6 +22,7 @@ use crate::runtime::server::MetricsAccess;
 use crate::runtime::server::auth::Authorizer;
 use crate::runtime::sharding::layer::Selectors;
 use crate::runtime::sharding::membership::ShardConfig;
+use crate::runtime::transport::HttpVersion;
 use crate::runtime::watch::{InitialList, InitialListChoice};
 use crate::runtime::{RuntimeConfig, Supervised, Telemetry};
 use crate::{ControllerName, RunConfig, foo};
@@ -150,6 +151,11 @@ pub struct RunArgs {
     /// start, else `list`.
     #[arg(long, env = "SAMPLE_OPERATOR_INITIAL_LIST", value_enum, default_value_t = InitialListChoice::Auto)]
     pub initial_list: InitialListChoice,
+    /// The HTTP version of the connection to the API server: `1.1` (a connection per request
+    /// in flight) or `2` (every request multiplexed on one connection, as Go's client-go does;
+    /// HTTP/1.1 where the server or a proxy between does not offer HTTP/2).
+    #[arg(long, env = "SAMPLE_OPERATOR_APISERVER_HTTP", value_enum, default_value_t = HttpVersion::default())]
+    pub apiserver_http: HttpVersion,
     /// Which Events to write: `all`, `warnings` (only what needs a person: failures,
     /// conflicts, objects turned unhealthy) or `none`. Status conditions, logs and metrics say
     /// everything either way.
@@ -662,7 +668,7 @@ async fn run_operator(args: RunArgs) -> Result<(), String> {
     // The selectors a sharded replica sends; empty (and the layer idle) otherwise.
     let selectors = Selectors::default();
     let client = requests
-        .client_with(config, &selectors)
+        .client_with(config, &selectors, args.apiserver_http)
         .map_err(|e| format!("cannot build a client for {server}: {e}"))?;
     let runtime = RuntimeConfig {
         namespace: args.namespace.clone(),

@@ -182,6 +182,7 @@ fn color(contender: Contender) -> RGBColor {
         Contender::ControllerRuntimeTuned => RGBColor(0x98, 0xdf, 0x8a),
         Contender::OursEventsOff => RGBColor(0x8c, 0x2d, 0x04),
         Contender::OursThreadPerCore => RGBColor(0xb8, 0x6b, 0x3a),
+        Contender::OursHttp2 => RGBColor(0xe6, 0x55, 0x0d),
         Contender::Ceiling => RGBColor(0x55, 0x55, 0x55),
         Contender::CeilingOurs => RGBColor(0xaa, 0xaa, 0xaa),
         Contender::CeilingOursStatus => RGBColor(0x88, 0x88, 0x88),

@@ -68,7 +68,8 @@ impl Contenders {
             Contender::Ours
             | Contender::OursStreaming
             | Contender::OursEventsOff
-            | Contender::OursThreadPerCore => Ready::Http(invocation.probe_port),
+            | Contender::OursThreadPerCore
+            | Contender::OursHttp2 => Ready::Http(invocation.probe_port),
             // sample-controller and controller-runtime both log this once WaitForCacheSync has
             // returned, before their workers start.
             Contender::SampleController
@@ -103,7 +104,8 @@ impl Contenders {
             Contender::Ours
             | Contender::OursStreaming
             | Contender::OursEventsOff
-            | Contender::OursThreadPerCore => (
+            | Contender::OursThreadPerCore
+            | Contender::OursHttp2 => (
                 self.ours
                     .clone()
                     .context("our operator was not prepared: it is not among --contenders")?,
@@ -172,6 +174,7 @@ impl Contenders {
             Contender::OursThreadPerCore => {
                 args.extend(["--initial-list=list".into(), "--worker-threads=0".into()])
             }
+            Contender::OursHttp2 => args.extend(["--initial-list=list".into(), "--apiserver-http=2".into()]),
             Contender::CeilingOurs => args.push("-ours".into()),
             Contender::CeilingOursStatus => args.push("-ours-status".into()),
             Contender::CeilingOursStatusMerge => args.push("-ours-status-merge".into()),
@@ -388,7 +391,12 @@ mod tests {
             }
         }
         // The variants differ by these, which must then reach the command line.
-        for arg in ["--initial-list=stream", "--events=none", "--worker-threads=0"] {
+        for arg in [
+            "--initial-list=stream",
+            "--events=none",
+            "--worker-threads=0",
+            "--apiserver-http=2",
+        ] {
             assert!(extra.contains(arg), "no variant of ours passes {arg}");
         }
     }

@@ -35,6 +35,9 @@ pub enum Contender {
     /// Ours with `--worker-threads=0`: a tokio worker per core, as it ran before its workers
     /// were bounded (two by default, as many as the benchmark's machine has cores).
     OursThreadPerCore,
+    /// Ours with `--apiserver-http=2`: every request multiplexed on one HTTP/2 connection, as
+    /// client-go connects, where kube-rs holds an HTTP/1.1 connection per request in flight.
+    OursHttp2,
     /// kubernetes/sample-controller at the matching release, with its defaults.
     SampleController,
     /// The Foo controller on controller-runtime in bench/go, with controller-runtime's defaults.
@@ -60,11 +63,12 @@ pub enum Contender {
 }
 
 impl Contender {
-    pub const ALL: [Contender; 12] = [
+    pub const ALL: [Contender; 13] = [
         Contender::Ours,
         Contender::OursStreaming,
         Contender::OursEventsOff,
         Contender::OursThreadPerCore,
+        Contender::OursHttp2,
         Contender::SampleController,
         Contender::SampleControllerTuned,
         Contender::ControllerRuntime,
@@ -81,6 +85,7 @@ impl Contender {
             Contender::OursStreaming => "sample-operator, streaming lists (ours)",
             Contender::OursEventsOff => "sample-operator, Events off (ours)",
             Contender::OursThreadPerCore => "sample-operator, a worker thread per core (ours)",
+            Contender::OursHttp2 => "sample-operator, HTTP/2 (ours)",
             Contender::SampleController => "sample-controller (Go)",
             Contender::ControllerRuntime => "controller-runtime (Go)",
             Contender::SampleControllerTuned => "sample-controller tuned (Go)",
@@ -107,6 +112,7 @@ impl Contender {
                 | Contender::OursStreaming
                 | Contender::OursEventsOff
                 | Contender::OursThreadPerCore
+                | Contender::OursHttp2
         )
     }
 

@@ -48,6 +48,7 @@ pub(crate) mod scenario;
 pub mod server;
 pub mod sharding;
 pub mod status;
+pub mod transport;
 pub mod triggers;
 pub mod turns;
 pub mod watch;

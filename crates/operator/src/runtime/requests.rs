@@ -14,6 +14,7 @@ use http::{Method, Request, Response};
 use tower::{Layer, Service};
 
 use super::sharding::layer::Selectors;
+use super::transport::{self, HttpVersion};
 
 /// What client-go's `code` label says of a request that got no response.
 pub const NO_RESPONSE: &str = "<error>";
@@ -99,16 +100,18 @@ impl RequestCounter {
         *counts.entry(key).or_default() += 1;
     }
 
-    /// A client from `config` whose requests this counter counts.
+    /// A client from `config` whose requests this counter counts, on the default HTTP version.
     pub fn client(&self, config: kube::Config) -> Result<kube::Client, kube::Error> {
-        self.client_with(config, &Selectors::default())
+        self.client_with(config, &Selectors::default(), HttpVersion::default())
     }
 
-    /// [`RequestCounter::client`], whose lists and watches carry `selectors`' shard selectors.
+    /// [`RequestCounter::client`] speaking `version`, whose lists and watches carry
+    /// `selectors`' shard selectors.
     pub fn client_with(
         &self,
         config: kube::Config,
         selectors: &Selectors,
+        version: HttpVersion,
     ) -> Result<kube::Client, kube::Error> {
         let host = config
             .cluster_url
@@ -119,7 +122,7 @@ impl RequestCounter {
             counter: self.clone(),
             host: host.into(),
         };
-        Ok(kube::client::ClientBuilder::try_from(config)?
+        Ok(transport::client_builder(config, version)?
             .with_layer(&layer)
             .with_layer(&selectors.layer())
             .build())

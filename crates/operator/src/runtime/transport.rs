@@ -1,0 +1,100 @@
+//! How the operator's client talks to the apiserver: HTTP/1.1, as kube-rs builds its client, or
+//! HTTP/2, as client-go does.
+//!
+//! kube-rs speaks HTTP/1.1 only (kube-rs/kube#1923: its exec and attach upgrades need it), so
+//! every request in flight holds a TLS connection of its own: at 128 reconciles at once, some
+//! 128 connections, each answer a wake-up of its own. The operator makes no upgrade request, so
+//! it can multiplex everything on one connection, as Go controllers do. The HTTP/2 stack below
+//! is kube-rs's own (`ClientBuilder::try_from`) with two changes: the TLS connector offers `h2`
+//! by ALPN, and the connection is pinged while idle so that a dead one is found (client-go's
+//! health check, which a single shared connection needs).
+
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::Config;
+use kube::client::{Body, ClientBuilder, ConfigExt, DynBody};
+use tower::util::BoxService;
+use tower::{BoxError, ServiceBuilder, ServiceExt as _};
+
+/// The service under a client: kube-rs's own, which it does not name outside its crate.
+pub type ClientService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+
+/// The HTTP version of the operator's connection to the apiserver (`--apiserver-http`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum HttpVersion {
+    /// HTTP/1.1: a connection per request in flight, as kube-rs connects.
+    #[default]
+    #[value(name = "1.1")]
+    Http1,
+    /// HTTP/2 when the apiserver offers it (every kube-apiserver does), else HTTP/1.1: every
+    /// request multiplexed on one connection, as client-go connects.
+    #[value(name = "2")]
+    Http2,
+}
+
+/// client-go's HTTP/2 health check: a PING after this long without a frame read...
+const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// ...and the connection closed when its answer takes longer than this.
+const PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A client builder for `config` speaking `version`, to which the caller adds its layers.
+pub fn client_builder(config: Config, version: HttpVersion) -> kube::Result<ClientBuilder<ClientService>> {
+    match version {
+        HttpVersion::Http1 => ClientBuilder::try_from(config),
+        HttpVersion::Http2 => http2(config),
+    }
+}
+
+fn http2(config: Config) -> kube::Result<ClientBuilder<ClientService>> {
+    if config.proxy_url.is_some() {
+        // kube-rs's builder tunnels through proxies; what it does there is kept as it is.
+        return ClientBuilder::try_from(config);
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    let tls = config.rustls_client_config()?;
+    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = name
+            .clone()
+            .try_into()
+            .map_err(|e| kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e)))?;
+        https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let https = https.enable_http1().enable_http2().wrap_connector(http);
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let client: hyper_util::client::legacy::Client<_, Body> =
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .http2_keep_alive_interval(PING_INTERVAL)
+            .http2_keep_alive_timeout(PING_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
+            .build(connector);
+
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())),
+        )
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(client)
+        .map_response(|response| {
+            response
+                .map(|body| Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>)
+        })
+        .boxed();
+    Ok(ClientBuilder::new(service, config.default_namespace))
+}
