@@ -98,3 +98,54 @@ fn http2(config: Config) -> kube::Result<ClientBuilder<ClientService>> {
         .boxed();
     Ok(ClientBuilder::new(service, config.default_namespace))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Version;
+    use hyper_util::rt::TokioIo;
+
+    /// An HTTPS server that speaks HTTP/1.1 only (the operator's own /metrics configuration,
+    /// which offers no `h2`), answering every request with `{}`.
+    async fn http1_only_server() -> u16 {
+        let tls = tokio_rustls::TlsAcceptor::from(crate::runtime::server::tls::server_config(None).unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let Ok(stream) = tls.accept(stream).await else { return };
+                    let answer = hyper::service::service_fn(|_| async {
+                        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                            hyper::body::Bytes::from_static(b"{}"),
+                        )))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), answer)
+                        .await;
+                });
+            }
+        });
+        port
+    }
+
+    async fn version_spoken(version: HttpVersion, port: u16) -> Version {
+        let mut config = Config::new(format!("https://127.0.0.1:{port}").parse().unwrap());
+        config.accept_invalid_certs = true;
+        let client = client_builder(config, version).unwrap().build();
+        let response = client
+            .send(http::Request::get("/version").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.version()
+    }
+
+    #[tokio::test]
+    async fn http2_falls_back_to_http1_where_the_server_offers_only_that() {
+        let port = http1_only_server().await;
+        assert_eq!(version_spoken(HttpVersion::Http2, port).await, Version::HTTP_11);
+        assert_eq!(version_spoken(HttpVersion::Http1, port).await, Version::HTTP_11);
+    }
+}

@@ -22,3 +22,4 @@ mod real_node;
 mod sharding;
 mod support;
 mod switching;
+mod transport;
