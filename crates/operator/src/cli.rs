@@ -153,7 +153,8 @@ pub struct RunArgs {
     pub initial_list: InitialListChoice,
     /// The HTTP version of the connection to the API server: `1.1` (a connection per request
     /// in flight) or `2` (every request multiplexed on one connection, as Go's client-go does;
-    /// HTTP/1.1 where the server or a proxy between does not offer HTTP/2).
+    /// HTTP/1.1 where the server or a proxy between does not offer HTTP/2): for proxies that
+    /// limit connections, at a cost in memory (docs/benchmark.md#http2).
     #[arg(long, env = "SAMPLE_OPERATOR_APISERVER_HTTP", value_enum, default_value_t = HttpVersion::default())]
     pub apiserver_http: HttpVersion,
     /// Which Events to write: `all`, `warnings` (only what needs a person: failures,

@@ -8,6 +8,9 @@
 //! is kube-rs's own (`ClientBuilder::try_from`) with two changes: the TLS connector offers `h2`
 //! by ALPN, and the connection is pinged while idle so that a dead one is found (client-go's
 //! health check, which a single shared connection needs).
+//!
+//! HTTP/1.1 stays the default: against kube-apiserver HTTP/2 was no faster and held more memory
+//! (docs/benchmark.md#http2); it is there for proxies that limit a client's connections.
 
 use std::time::Duration;
 
@@ -115,7 +118,9 @@ mod tests {
             while let Ok((stream, _)) = listener.accept().await {
                 let tls = tls.clone();
                 tokio::spawn(async move {
-                    let Ok(stream) = tls.accept(stream).await else { return };
+                    let Ok(stream) = tls.accept(stream).await else {
+                        return;
+                    };
                     let answer = hyper::service::service_fn(|_| async {
                         Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
                             hyper::body::Bytes::from_static(b"{}"),
