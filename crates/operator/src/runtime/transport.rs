@@ -5,9 +5,11 @@
 //! every request in flight holds a TLS connection of its own: at 128 reconciles at once, some
 //! 128 connections, each answer a wake-up of its own. The operator makes no upgrade request, so
 //! it can multiplex everything on one connection, as Go controllers do. The HTTP/2 stack below
-//! is kube-rs's own (`ClientBuilder::try_from`) with two changes: the TLS connector offers `h2`
-//! by ALPN, and the connection is pinged while idle so that a dead one is found (client-go's
-//! health check, which a single shared connection needs).
+//! is kube-rs's own (`ClientBuilder::try_from`, kube 5.0) with three changes: the TLS connector
+//! offers `h2` by ALPN; the connection is pinged after 30 s without a read so that a dead one is
+//! found (client-go's health check, which a single shared connection needs); and kube-rs's
+//! tracing layer, a debug span per request, is left out (the operator's request metrics and its
+//! reconcile logs say what it would).
 //!
 //! HTTP/1.1 stays the default: against kube-apiserver HTTP/2 was no faster and held more memory
 //! (docs/benchmark.md#http2); it is there for proxies that limit a client's connections.
@@ -53,7 +55,8 @@ pub fn client_builder(config: Config, version: HttpVersion) -> kube::Result<Clie
 
 fn http2(config: Config) -> kube::Result<ClientBuilder<ClientService>> {
     if config.proxy_url.is_some() {
-        // kube-rs's builder tunnels through proxies; what it does there is kept as it is.
+        // A kubeconfig's proxy-url is kube-rs's to handle, as without this flag: with its proxy
+        // features off, as here, it refuses it with an error naming the feature.
         return ClientBuilder::try_from(config);
     }
     let mut http = HttpConnector::new();
