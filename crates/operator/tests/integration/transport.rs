@@ -14,7 +14,7 @@ use sample_operator::runtime::requests::RequestCounter;
 use sample_operator::runtime::sharding::layer::Selectors;
 use sample_operator::runtime::transport::HttpVersion;
 
-/// This process's established TCP connections to loopback `port`.
+/// This process's established TCP connections to `port`.
 fn connections_to(port: u16) -> usize {
     let sockets: HashSet<u64> = Process::myself()
         .unwrap()
@@ -41,7 +41,7 @@ fn connections_to(port: u16) -> usize {
 /// version of the answers and the connections the client then holds to the apiserver.
 async fn requests_at_once(version: HttpVersion, lists: usize) -> (Version, usize) {
     let config = local_cluster::testing::config().await;
-    let port = config.cluster_url.port_u16().expect("the apiserver's port");
+    let port = config.cluster_url.port_u16().unwrap_or(443);
     let client = RequestCounter::default()
         .client_with(config, &Selectors::default(), version)
         .unwrap();
