@@ -1096,6 +1096,18 @@ mod tests {
     }
 
     #[test]
+    fn the_apiserver_connection_is_http1_unless_http2_is_asked_for() {
+        assert_eq!(run_args(&[]).unwrap().apiserver_http, HttpVersion::Http1);
+        let asked = run_args(&["--apiserver-http", "2"]).unwrap();
+        assert_eq!(asked.apiserver_http, HttpVersion::Http2);
+        assert_eq!(
+            run_args(&["--apiserver-http=1.1"]).unwrap().apiserver_http,
+            HttpVersion::Http1
+        );
+        assert!(run_args(&["--apiserver-http", "3"]).is_err());
+    }
+
+    #[test]
     fn probes_and_metrics_have_their_own_addresses_and_metrics_are_open_by_default() {
         let defaults = run_args(&[]).unwrap();
         assert_eq!(defaults.metrics_address, "0.0.0.0:8080".parse().unwrap());
