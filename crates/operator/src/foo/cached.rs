@@ -16,12 +16,12 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Resource;
 use serde::Deserialize;
 
-/// A Deployment as the Foo controller reads it. Every one is trimmed as it is read (see
-/// [`CachedDeployment::trim`]).
+/// A Deployment as the Foo controller reads it: without its managed fields and annotations, its
+/// labels in `labels` (see [`CachedDeployment::trim`]).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(from = "Wire")]
 pub struct CachedDeployment {
@@ -32,25 +32,62 @@ pub struct CachedDeployment {
     pub status: Option<Status>,
 }
 
-/// A CachedDeployment as the apiserver sends it, before `trim`.
+/// A CachedDeployment as the apiserver sends it.
 #[derive(Deserialize)]
 struct Wire {
     #[serde(default)]
-    metadata: ObjectMeta,
+    metadata: Metadata,
     spec: Option<Spec>,
     status: Option<Status>,
 }
 
+/// Every field of an `ObjectMeta` but the two that `trim` drops, managed fields and annotations,
+/// which serde then skips without building them: the managed fields are more than half a
+/// Deployment's metadata as sent, each entry a tree of JSON maps.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Metadata {
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    #[serde(default)]
+    labels: Labels,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    self_link: Option<String>,
+    uid: Option<String>,
+}
+
 impl From<Wire> for CachedDeployment {
     fn from(wire: Wire) -> Self {
-        let mut cached = Self {
-            metadata: wire.metadata,
-            labels: Labels::default(),
+        let m = wire.metadata;
+        Self {
+            metadata: ObjectMeta {
+                creation_timestamp: m.creation_timestamp,
+                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+                deletion_timestamp: m.deletion_timestamp,
+                finalizers: m.finalizers,
+                generate_name: m.generate_name,
+                generation: m.generation,
+                name: m.name,
+                namespace: m.namespace,
+                owner_references: m.owner_references,
+                resource_version: m.resource_version,
+                self_link: m.self_link,
+                uid: m.uid,
+                annotations: None,
+                labels: None,
+                managed_fields: None,
+            },
+            labels: m.labels,
             spec: wire.spec,
             status: wire.status,
-        };
-        cached.trim();
-        cached
+        }
     }
 }
 
@@ -267,6 +304,35 @@ mod tests {
         );
         assert_eq!(spec.selector.match_labels.get("app").unwrap(), "nginx");
         assert_eq!(spec.template.metadata.labels.get("app").unwrap(), "nginx");
+    }
+
+    #[test]
+    fn every_metadata_field_but_managed_fields_and_annotations_is_kept() {
+        let mut json = deployment_json();
+        json["metadata"]["uid"] = "d-1".into();
+        json["metadata"]["resourceVersion"] = "42".into();
+        json["metadata"]["creationTimestamp"] = "2026-12-07T10:00:00Z".into();
+        json["metadata"]["deletionTimestamp"] = "2026-12-07T10:05:00Z".into();
+        json["metadata"]["deletionGracePeriodSeconds"] = 0.into();
+        json["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
+        json["metadata"]["generateName"] = "web-".into();
+        json["metadata"]["selfLink"] = "/apis/apps/v1/namespaces/ns/deployments/web".into();
+        let read: CachedDeployment = serde_json::from_value(json.clone()).unwrap();
+        let full: Deployment = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(read, CachedDeployment::from(full));
+        assert_eq!(read.metadata.uid.as_deref(), Some("d-1"));
+        assert_eq!(
+            read.metadata.finalizers.as_deref(),
+            Some(&["foregroundDeletion".to_owned()][..])
+        );
+        assert!(read.metadata.deletion_timestamp.is_some());
+
+        // Skipped unread: a shape that `ObjectMeta` refuses does not matter here.
+        json["metadata"]["managedFields"] = "not a list".into();
+        json["metadata"]["annotations"] = 7.into();
+        assert!(serde_json::from_value::<Deployment>(json.clone()).is_err());
+        let skipped: CachedDeployment = serde_json::from_value(json).unwrap();
+        assert_eq!(skipped, read);
     }
 
     #[test]

@@ -243,8 +243,8 @@ impl<K: Kind> FooReconciler<K> {
         namespace: &str,
         uid: &str,
     ) -> Result<(Row, bool), Error> {
-        let api: Api<Deployment> = Api::namespaced(ctx.client().clone(), namespace);
-        // Reads and applies answer with the cached projection rather than a whole Deployment.
+        // Creates, reads and applies answer with the cached projection rather than a whole
+        // Deployment.
         let cached_api: Api<CachedDeployment> = Api::namespaced(ctx.client().clone(), namespace);
         let name = &foo.spec().deployment_name;
         let desired = deployment::desired(foo, &self.settings);
@@ -252,13 +252,13 @@ impl<K: Kind> FooReconciler<K> {
             Some(row) => row,
             // Not among the operator's Deployments: create it, unless one of that name exists
             // (someone else's, or ours with its label removed), which is then read.
-            None => match children::create(&api, &desired)
+            None => match children::create(&cached_api, &desired)
                 .await
                 .map_err(Error::CreateDeployment)?
             {
                 Some(created) => {
                     tracing::info!(deployment = %name, "created Deployment");
-                    return Ok((Row::of(&created.into()), true));
+                    return Ok((Row::of(&created), true));
                 }
                 None => Row::of(&cached_api.get(name).await.map_err(Error::ReadDeployment)?),
             },
