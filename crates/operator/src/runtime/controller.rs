@@ -39,6 +39,7 @@ use tracing::Instrument;
 use super::backoff::Backoff;
 use super::events::{Events, Report};
 use super::fair::FairQueue;
+use super::lean::Lean;
 use super::metrics::{Metrics, Outcome};
 use super::own_writes::OwnWrites;
 use super::sharding::Ownership;
@@ -176,7 +177,7 @@ impl<K: Object> Context<K> {
             return Ok(false);
         }
         let namespace = object.namespace().unwrap_or_default();
-        let api: Api<K> = Api::namespaced(self.client.clone(), &namespace);
+        let api: Api<Lean<K>> = Api::namespaced(self.client.clone(), &namespace);
         self.own_writes.write_status(&api, object, &new).await?;
 
         let previous = object.status().and_then(|s| ready_reason(s.conditions()));

@@ -39,6 +39,7 @@ pub mod fair;
 pub mod health;
 pub mod index;
 pub mod leader;
+pub mod lean;
 pub mod manager;
 pub mod metrics;
 pub mod own_writes;

@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::FIELD_MANAGER;
+use super::lean::Lean;
 
 /// By object: the resourceVersion a write replaced, and the object it returned.
 type Writes<K> = HashMap<ObjectRef<K>, (String, Arc<K>)>;
@@ -66,8 +67,8 @@ where
     }
 
     /// Server-side applies `status` as the status of `obj` (the operator owns every status
-    /// field) and remembers the object the write returned.
-    pub async fn write_status(&self, api: &Api<K>, obj: &K, status: &impl Serialize) -> kube::Result<()>
+    /// field) and remembers the object the write returned, read as the cache keeps objects.
+    pub async fn write_status(&self, api: &Api<Lean<K>>, obj: &K, status: &impl Serialize) -> kube::Result<()>
     where
         K: Clone + DeserializeOwned + std::fmt::Debug,
     {
@@ -76,15 +77,13 @@ where
             "kind": K::kind(&()),
             "status": status,
         });
-        let mut written = api
+        let Lean(written) = api
             .patch_status(
                 &obj.name_any(),
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&patch),
             )
             .await?;
-        // Kept as the cache keeps objects.
-        super::watch::strip_unread_metadata(&mut written);
         self.record(obj, written);
         Ok(())
     }

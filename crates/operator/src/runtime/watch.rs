@@ -12,16 +12,17 @@ use std::fmt::Debug;
 
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
+use kube::Resource;
 use kube::api::{Api, WatchEvent, WatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{Predicate, WatchStreamExt};
-use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch as channel;
 
 use super::Shared;
 use super::controller::Object;
+use super::lean::Lean;
 use super::metrics::Filtering;
 use super::own_writes::OwnWrites;
 use super::sharding::{self, Ownership};
@@ -188,15 +189,16 @@ impl Shared {
         let seen = own_writes.clone();
         let (synced, mark) = Synced::new();
         let selection = self.config.initial_list.apply(selection);
-        let api = self.api::<K>();
+        // Read without the metadata that `strip_unread_metadata` would drop (selecting by label
+        // is the apiserver's work, done before the object gets here).
+        let api = self.api::<Lean<K>>();
         let owned = self.owned_only(&api, K::crd_name());
         let events = watcher::watcher(api, selection)
             .default_backoff()
             // The CRD's name (`foos.example.com`) tells the kinds of one plural apart.
             .inspect(self.metrics.watch_observer(K::crd_name()))
             .try_filter(owned)
-            // (Selecting by label is the apiserver's work, done before the object gets here.)
-            .modify(strip_unread_metadata)
+            .map_ok(unwrap_lean)
             .inspect_ok(move |event| index(event))
             .reflect(writer)
             .inspect_ok(move |event| seen.observe(event))
@@ -404,12 +406,24 @@ pub fn owner_changes<C: Resource>(
     })
 }
 
+/// The object of an event, as its own type.
+fn unwrap_lean<K>(event: Event<Lean<K>>) -> Event<K> {
+    match event {
+        Event::Apply(Lean(object)) => Event::Apply(object),
+        Event::Delete(Lean(object)) => Event::Delete(object),
+        Event::Init => Event::Init,
+        Event::InitApply(Lean(object)) => Event::InitApply(object),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
 /// Drops what no reconcile reads and whose size the object's writer, not the operator, decides:
 /// managed fields, annotations (kubectl's last-applied configuration of a large object is
 /// 250 KB) and labels (the apiserver does not cap them in total: a megabyte fits). For every
-/// object the operator keeps of a kind whose labels it does not select on.
+/// object the operator keeps of a kind whose labels it does not select on; the controllers' own
+/// objects are read without them ([`Lean`]).
 pub fn strip_unread_metadata<K: Resource>(obj: &mut K) {
-    obj.managed_fields_mut().clear();
+    obj.meta_mut().managed_fields = None;
     obj.meta_mut().annotations = None;
     obj.meta_mut().labels = None;
 }
@@ -424,6 +438,7 @@ pub fn no_index<C>(_: &Event<C>) {}
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::ResourceExt;
     use std::time::Duration;
 
     /// A client whose API server answers every request with `status` and `body`, after
