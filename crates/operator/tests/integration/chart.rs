@@ -169,6 +169,8 @@ fn combinations() -> Vec<(&'static str, Vec<String>)> {
                 "controllers[1]=network",
                 "concurrency=4",
                 "workerThreads=4",
+                "initialList=stream",
+                "apiserverHttp2=true",
                 "log.format=plain",
                 "log.level=sample_operator=debug",
                 "events=warnings",
@@ -428,6 +430,8 @@ async fn bad_values_are_refused_with_a_message_that_names_them() {
         ("events=some", "/events"),
         ("concurrency=0", "/concurrency"),
         ("workerThreads=2000", "/workerThreads"),
+        ("initialList=sometimes", "/initialList"),
+        ("apiserverHttp2=yes", "/apiserverHttp2"),
         (
             "metrics.serviceMonitor.interval=often",
             "/metrics/serviceMonitor/interval",
@@ -878,6 +882,10 @@ fn assert_values_reach_the_operator(name: &str, sets: &[String], objects: &[serd
     const OPTIONS: &[(&str, Read)] = &[
         ("concurrency", |r| r.concurrency.to_string()),
         ("workerThreads", |r| r.worker_threads.to_string()),
+        ("initialList", |r| format!("{:?}", r.initial_list).to_lowercase()),
+        ("apiserverHttp2", |r| {
+            (r.apiserver_http == sample_operator::runtime::transport::HttpVersion::Http2).to_string()
+        }),
         ("log.level", |r| r.log_level.clone()),
         ("log.format", |r| format!("{:?}", r.log_format).to_lowercase()),
         ("events", |r| format!("{:?}", r.events).to_lowercase()),
