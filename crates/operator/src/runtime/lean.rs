@@ -32,7 +32,11 @@ pub struct Lean<K>(pub K);
 
 impl<'de, K: de::Deserialize<'de>> de::Deserialize<'de> for Lean<K> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        K::deserialize(Root(deserializer)).map(Lean)
+        K::deserialize(Wrapped {
+            de: deserializer,
+            level: Level::Object,
+        })
+        .map(Lean)
     }
 }
 
@@ -60,19 +64,36 @@ impl<K: Resource<DynamicType = ()>> Resource for Lean<K> {
     }
 }
 
-/// The object: a struct whose field `metadata` is read through [`Metadata`]. Only the calls a
-/// struct's `Deserialize` makes are passed on as they are; the rest go through
-/// `deserialize_any`, which is what they mean for a map.
-struct Root<D>(D);
+/// Where a map being read is: the object, whose key `metadata` is spotted, or its metadata,
+/// whose unread keys are renamed.
+#[derive(Clone, Copy)]
+enum Level {
+    Object,
+    Metadata,
+}
 
-impl<'de, D: Deserializer<'de>> Deserializer<'de> for Root<D> {
+/// The deserializer of a map at `level`. Only the calls a struct's `Deserialize` makes, and an
+/// option's, are passed on as they are; the rest go through `deserialize_any`, which is what
+/// they mean for a map.
+struct Wrapped<D> {
+    de: D,
+    level: Level,
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for Wrapped<D> {
     type Error = D::Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.0.deserialize_any(RootVisitor(visitor))
+        self.de.deserialize_any(LevelVisitor {
+            inner: visitor,
+            level: self.level,
+        })
     }
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.0.deserialize_map(RootVisitor(visitor))
+        self.de.deserialize_map(LevelVisitor {
+            inner: visitor,
+            level: self.level,
+        })
     }
     fn deserialize_struct<V: Visitor<'de>>(
         self,
@@ -80,45 +101,80 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Root<D> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.0.deserialize_struct(name, fields, RootVisitor(visitor))
+        self.de.deserialize_struct(
+            name,
+            fields,
+            LevelVisitor {
+                inner: visitor,
+                level: self.level,
+            },
+        )
+    }
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.de.deserialize_option(LevelVisitor {
+            inner: visitor,
+            level: self.level,
+        })
     }
 
     forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        option unit unit_struct newtype_struct seq tuple tuple_struct enum identifier ignored_any
+        unit unit_struct newtype_struct seq tuple tuple_struct enum identifier ignored_any
     }
 }
 
-struct RootVisitor<V>(V);
+/// The visitor of a map at `level`, which hands the inner visitor its fields through
+/// [`Fields`].
+struct LevelVisitor<V> {
+    inner: V,
+    level: Level,
+}
 
-impl<'de, V: Visitor<'de>> Visitor<'de> for RootVisitor<V> {
+impl<'de, V: Visitor<'de>> Visitor<'de> for LevelVisitor<V> {
     type Value = V::Value;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        self.0.expecting(f)
+        self.inner.expecting(f)
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
-        self.0.visit_map(RootMap {
+        self.inner.visit_map(Fields {
             map,
+            level: self.level,
             metadata_next: false,
         })
     }
+    // An optional map.
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<V::Value, D::Error> {
+        self.inner.visit_some(Wrapped {
+            de: deserializer,
+            level: self.level,
+        })
+    }
+    fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
+        self.inner.visit_none()
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+        self.inner.visit_unit()
+    }
 }
 
-/// The object's fields: the value after the key `metadata` goes through [`Metadata`].
-struct RootMap<A> {
+/// The fields of a map at `level`: the object's value after the key `metadata` is read at the
+/// metadata's level.
+struct Fields<A> {
     map: A,
+    level: Level,
     metadata_next: bool,
 }
 
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for RootMap<A> {
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Fields<A> {
     type Error = A::Error;
 
     fn next_key_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<Option<S::Value>, A::Error> {
-        self.map.next_key_seed(Key {
-            seed,
-            mode: KeyMode::Spot(&mut self.metadata_next),
-        })
+        let mode = match self.level {
+            Level::Object => KeyMode::Spot(&mut self.metadata_next),
+            Level::Metadata => KeyMode::Rename,
+        };
+        self.map.next_key_seed(Key { seed, mode })
     }
     fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
         if std::mem::take(&mut self.metadata_next) {
@@ -132,85 +188,17 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for RootMap<A> {
     }
 }
 
-/// The value of `metadata`, whose unread keys are renamed.
+/// The value of `metadata`.
 struct Metadata<S>(S);
 
 impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Metadata<S> {
     type Value = S::Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<S::Value, D::Error> {
-        self.0.deserialize(MetadataDe(deserializer))
-    }
-}
-
-struct MetadataDe<D>(D);
-
-impl<'de, D: Deserializer<'de>> Deserializer<'de> for MetadataDe<D> {
-    type Error = D::Error;
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.0.deserialize_any(MetadataVisitor(visitor))
-    }
-    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.0.deserialize_map(MetadataVisitor(visitor))
-    }
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        self.0.deserialize_struct(name, fields, MetadataVisitor(visitor))
-    }
-    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.0.deserialize_option(MetadataVisitor(visitor))
-    }
-
-    forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        unit unit_struct newtype_struct seq tuple tuple_struct enum identifier ignored_any
-    }
-}
-
-struct MetadataVisitor<V>(V);
-
-impl<'de, V: Visitor<'de>> Visitor<'de> for MetadataVisitor<V> {
-    type Value = V::Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        self.0.expecting(f)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
-        self.0.visit_map(MetadataMap(map))
-    }
-    // An optional `metadata`.
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<V::Value, D::Error> {
-        self.0.visit_some(MetadataDe(deserializer))
-    }
-    fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
-        self.0.visit_none()
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
-        self.0.visit_unit()
-    }
-}
-
-struct MetadataMap<A>(A);
-
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for MetadataMap<A> {
-    type Error = A::Error;
-
-    fn next_key_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<Option<S::Value>, A::Error> {
-        self.0.next_key_seed(Key {
-            seed,
-            mode: KeyMode::Rename,
+        self.0.deserialize(Wrapped {
+            de: deserializer,
+            level: Level::Metadata,
         })
-    }
-    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
-        self.0.next_value_seed(seed)
-    }
-    fn size_hint(&self) -> Option<usize> {
-        self.0.size_hint()
     }
 }
 
@@ -405,6 +393,25 @@ mod tests {
         let Lean(foo) = serde_json::from_value::<Lean<Foo>>(foo_json()).unwrap();
         assert_eq!(foo.metadata.managed_fields, None);
         assert_eq!(foo.metadata.name.as_deref(), Some("f"));
+    }
+
+    #[test]
+    fn reads_an_optional_metadata_too() {
+        #[derive(serde::Deserialize)]
+        struct Optional {
+            metadata: Option<ObjectMeta>,
+        }
+        let read = |json: serde_json::Value| {
+            serde_json::from_str::<Lean<Optional>>(&json.to_string()).map(|Lean(o)| o.metadata)
+        };
+        let metadata = read(json!({ "metadata": { "name": "n", "managedFields": "not a list" } }))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (metadata.name.as_deref(), metadata.managed_fields),
+            (Some("n"), None)
+        );
+        assert_eq!(read(json!({ "metadata": null })).unwrap(), None);
     }
 
     #[test]
