@@ -20,13 +20,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use kube::Resource;
 use serde::Deserialize;
 
-/// A Deployment as the Foo controller reads it: without its managed fields and annotations, its
-/// labels in `labels` (see [`CachedDeployment::trim`]).
+/// A Deployment as the Foo controller reads it: without its managed fields and annotations
+/// (the Deployment controller's revision, `kubectl`'s last applied configuration), which it
+/// never reads, and with its labels in `labels`.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(from = "Wire")]
 pub struct CachedDeployment {
     pub metadata: ObjectMeta,
-    /// `metadata.labels`, moved here by `trim`: read them here, not through `Resource::labels`.
+    /// `metadata.labels`, moved here as it is read: read them here, not through
+    /// `Resource::labels`.
     pub labels: Labels,
     pub spec: Option<Spec>,
     pub status: Option<Status>,
@@ -41,7 +43,7 @@ struct Wire {
     status: Option<Status>,
 }
 
-/// Every field of an `ObjectMeta` but the two that `trim` drops, managed fields and annotations,
+/// Every field of an `ObjectMeta` but the two the controller drops, managed fields and annotations,
 /// which serde then skips without building them: the managed fields are more than half a
 /// Deployment's metadata as sent, each entry a tree of JSON maps.
 #[derive(Default, Deserialize)]
@@ -190,19 +192,9 @@ impl Resource for CachedDeployment {
     }
 }
 
-impl CachedDeployment {
-    /// Drops what the controller never reads but the apiserver sends in the metadata: managed
-    /// fields and annotations (the Deployment controller's revision, `kubectl`'s last applied
-    /// configuration); moves the labels to `labels`.
-    fn trim(&mut self) {
-        self.metadata.managed_fields = None;
-        self.metadata.annotations = None;
-        if let Some(labels) = self.metadata.labels.take() {
-            self.labels = Some(labels).into();
-        }
-    }
-}
-
+/// For tests, which build Deployments as objects: the controller reads them as JSON ([`Wire`]),
+/// and this conversion keeps the same fields.
+#[cfg(test)]
 impl From<Deployment> for CachedDeployment {
     fn from(d: Deployment) -> Self {
         let spec = d.spec.map(|s| Spec {
@@ -234,14 +226,15 @@ impl From<Deployment> for CachedDeployment {
             observed_generation: s.observed_generation,
             available_replicas: s.available_replicas,
         });
-        let mut cached = Self {
-            metadata: d.metadata,
-            labels: Labels::default(),
+        let mut metadata = d.metadata;
+        metadata.managed_fields = None;
+        metadata.annotations = None;
+        Self {
+            labels: metadata.labels.take().into(),
+            metadata,
             spec,
             status,
-        };
-        cached.trim();
-        cached
+        }
     }
 }
 

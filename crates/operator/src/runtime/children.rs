@@ -69,35 +69,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-
-    /// A projection of a ConfigMap, as `CachedDeployment` is of a Deployment.
-    #[derive(Clone, Debug, serde::Deserialize)]
-    struct Named {
-        metadata: kube::api::ObjectMeta,
-    }
-
-    impl Resource for Named {
-        type DynamicType = ();
-        type Scope = k8s_openapi::NamespaceResourceScope;
-        fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
-            ConfigMap::kind(dt)
-        }
-        fn group(dt: &()) -> std::borrow::Cow<'_, str> {
-            ConfigMap::group(dt)
-        }
-        fn version(dt: &()) -> std::borrow::Cow<'_, str> {
-            ConfigMap::version(dt)
-        }
-        fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
-            ConfigMap::plural(dt)
-        }
-        fn meta(&self) -> &kube::api::ObjectMeta {
-            &self.metadata
-        }
-        fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
-            &mut self.metadata
-        }
-    }
+    use kube::core::PartialObjectMeta;
 
     #[tokio::test]
     async fn a_create_sends_the_whole_object_and_reads_the_answer_as_the_api_says() {
@@ -114,7 +86,8 @@ mod tests {
                 _ => (201, sent.body.clone()),
             })
         });
-        let api: Api<Named> = Api::namespaced(server.client.clone(), "ns");
+        // Read back as a projection, as `CachedDeployment` is of a Deployment.
+        let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(server.client.clone(), "ns");
         let mut desired = ConfigMap::default();
         desired.metadata.name = Some("web".into());
         desired.data = Some([("k".to_owned(), "v".to_owned())].into());

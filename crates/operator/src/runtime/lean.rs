@@ -2,8 +2,8 @@
 //! object as its type does, except that serde skips the managed fields, annotations and labels
 //! of its `metadata` unparsed, where `ObjectMeta` would build them only for
 //! [`strip_unread_metadata`] to drop them. The managed fields are the most of it: each entry a
-//! tree of JSON maps, more than half the bytes of a Foo once its status is written, and about
-//! half the time it takes to decode one.
+//! tree of JSON maps, more than half the bytes of a Foo once its status is written (what this
+//! saves: docs/benchmark.md, "where the time goes").
 //!
 //! The object's type keeps its own `Deserialize`: `Lean` wraps the deserializer it is given,
 //! renaming those three keys of `metadata` to one no field answers to, which `ObjectMeta` (as
