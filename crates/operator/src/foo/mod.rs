@@ -16,7 +16,7 @@
 //!
 //! Deployments are watched by label (only the operator's own) into a table of what reconcile
 //! reads of them ([`table`]), not cached as objects; a Deployment event reaches its Foo through
-//! the owner reference.
+//! the owner reference when it changed what the table keeps, other than by the Foo's own create.
 
 pub mod cached;
 pub mod deployment;
@@ -153,7 +153,8 @@ pub fn wiring<K: Kind>(shared: &Shared, settings: &Settings) -> Wiring<FooReconc
     if let Some(buckets) = shared.buckets() {
         selector = format!("{selector},{}", buckets.label_selector());
     }
-    let deployments = shared.watch_followed(
+    // Only a change of what reconcile reads of a Deployment triggers its Foo (see [`table`]).
+    let deployments = shared.watch_followed_deciding(
         shared.api::<CachedDeployment>(),
         "deployments",
         watcher::Config::default().labels(&selector),
@@ -258,6 +259,7 @@ impl<K: Kind> FooReconciler<K> {
             {
                 Some(created) => {
                     tracing::info!(deployment = %name, "created Deployment");
+                    self.deployments.record_created(&created);
                     return Ok((Row::of(&created), true));
                 }
                 None => Row::of(&cached_api.get(name).await.map_err(Error::ReadDeployment)?),

@@ -113,13 +113,26 @@ async fn a_new_foo_gets_its_deployment_a_status_and_one_event_then_nothing_more(
     assert_eq!(created["metadata"]["ownerReferences"][0]["uid"], "foo-uid");
     assert_eq!(created["metadata"]["ownerReferences"][0]["controller"], true);
 
-    // The watch brings the Deployment and the Foo with its status: nothing to write or say.
+    // The watch brings the Deployment and the Foo with its status: nothing to write or say,
+    // and the Deployment's event, the object the create answered with, does not even ask.
     let deployment: Deployment = serde_json::from_value(json!(created_from(&sent))).unwrap();
-    table.apply(&Event::Apply(CachedDeployment::from(deployment)));
+    assert!(
+        !table.apply(&Event::Apply(CachedDeployment::from(deployment.clone()))),
+        "the create's own event triggers no reconcile"
+    );
     let settled = after_status_write(&foo, &sent);
     let (result, sent) = reconcile(&api, &table, &settled).await;
     result.unwrap();
     assert!(sent.is_empty(), "a converged Foo sends nothing: {sent:#?}");
+
+    // Its next version, with a replica available, does.
+    let mut available = deployment;
+    available.metadata.resource_version = Some("2".into());
+    available.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+        available_replicas: Some(1),
+        ..Default::default()
+    });
+    assert!(table.apply(&Event::Apply(CachedDeployment::from(available))));
 }
 
 /// The Deployment the scenario's create made, as the apiserver would send it.

@@ -11,7 +11,12 @@
 //! per namespace, so a namespace's name is stored once.
 //!
 //! The table follows the Deployment watch's events in order (re-lists included, where the new
-//! rows replace the old ones once complete), before they trigger reconciles.
+//! rows replace the old ones once complete), before they trigger reconciles. It also tells which
+//! events need one: since reconcile reads nothing of a Deployment but its row, an event that
+//! leaves the row as it was changes nothing a reconcile would do (the Deployment controller's
+//! updates of conditions and counters other than `availableReplicas`), and neither does the
+//! event of a Deployment the controller created, carrying the very object the create answered
+//! with, which the reconcile that created it has already used.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -72,13 +77,13 @@ struct Rows {
 }
 
 impl Rows {
-    fn insert(&mut self, deployment: &CachedDeployment) {
-        let (Some(namespace), Some(name)) = (deployment.namespace(), deployment.metadata.name.as_deref())
-        else {
-            return;
-        };
-        self.remove(&namespace, name);
-        let mut row = Row::of(deployment);
+    /// The row of the Deployment `name` in `namespace`.
+    fn get(&self, namespace: &str, name: &str) -> Option<&Row> {
+        self.rows.get(namespace)?.get(name)
+    }
+
+    fn insert(&mut self, namespace: &str, name: &str, mut row: Row) {
+        self.remove(namespace, name);
         if let Some(controller) = row.controller.take() {
             let entry = self.by_controller.entry(controller);
             row.controller = Some(entry.key().clone());
@@ -86,7 +91,7 @@ impl Rows {
             // Rarely more than one: rebuilt rather than grown, so that it has no spare room.
             *names = names.iter().cloned().chain([name.into()]).collect();
         }
-        let names = match self.rows.get_mut(namespace.as_str()) {
+        let names = match self.rows.get_mut(namespace) {
             Some(names) => names,
             None => self.rows.entry(namespace.into()).or_default(),
         };
@@ -122,46 +127,98 @@ impl Rows {
     }
 }
 
+/// The rows in use, and the creations not yet reported, under one lock: a creation is
+/// recorded only while its event has not come, or it would wait for one that never does.
+#[derive(Default)]
+struct Live {
+    rows: Rows,
+    /// The resourceVersions of the Deployments the controller created, by namespace, then
+    /// name, until the watch reports them (or another version, or their deletion), or until a
+    /// re-list completes, which may not have them: what is left is forgotten then, at the cost
+    /// of a reconcile that finds nothing to do.
+    created: HashMap<Box<str>, HashMap<Box<str>, Box<str>>>,
+}
+
 /// The table, shared: clones see the same rows.
 #[derive(Clone, Default)]
 pub struct DeploymentTable {
-    live: Arc<RwLock<Rows>>,
+    live: Arc<RwLock<Live>>,
     /// The rows being rebuilt during a re-list.
     building: Arc<Mutex<Option<Rows>>>,
 }
 
 impl DeploymentTable {
-    /// Follows one watcher event; call it for every event of the stream, in order.
-    pub fn apply(&self, event: &Event<CachedDeployment>) {
+    /// Follows one watcher event; call it for every event of the stream, in order. Returns
+    /// whether the event's Deployment needs its Foo reconciled: deleted, or its row changed by
+    /// anyone but the create that made it.
+    pub fn apply(&self, event: &Event<CachedDeployment>) -> bool {
         match event {
-            Event::Apply(d) => self.live.write().expect("table lock").insert(d),
+            Event::Apply(d) => {
+                let Some((namespace, name)) = key(d) else {
+                    return true;
+                };
+                let mut live = self.live.write().expect("table lock");
+                let (row, needed) = live.follow(namespace, name, d);
+                live.rows.insert(namespace, name, row);
+                needed
+            }
             Event::Delete(d) => {
                 let (namespace, name) = (d.namespace().unwrap_or_default(), d.name_any());
-                self.live.write().expect("table lock").remove(&namespace, &name);
+                let mut live = self.live.write().expect("table lock");
+                live.take_created(&namespace, &name);
+                live.rows.remove(&namespace, &name);
+                true
             }
-            Event::Init => *self.building.lock().expect("table lock") = Some(Rows::default()),
+            Event::Init => {
+                *self.building.lock().expect("table lock") = Some(Rows::default());
+                false
+            }
             Event::InitApply(d) => {
+                let Some((namespace, name)) = key(d) else {
+                    return true;
+                };
+                // Compared with the rows in use, which the re-list replaces once complete.
+                let (row, needed) = self.live.write().expect("table lock").follow(namespace, name, d);
                 if let Some(rows) = self.building.lock().expect("table lock").as_mut() {
-                    rows.insert(d);
+                    rows.insert(namespace, name, row);
                 }
+                needed
             }
             Event::InitDone => {
                 if let Some(rows) = self.building.lock().expect("table lock").take() {
-                    *self.live.write().expect("table lock") = rows;
+                    let mut live = self.live.write().expect("table lock");
+                    live.rows = rows;
+                    live.created.clear();
                 }
+                false
             }
+        }
+    }
+
+    /// Records a Deployment the controller has just created, as the create answered: its
+    /// watch event then triggers nothing, unless the watch has already reported it.
+    pub fn record_created(&self, created: &CachedDeployment) {
+        let (Some((namespace, name)), Some(version)) =
+            (key(created), created.metadata.resource_version.as_deref())
+        else {
+            return;
+        };
+        let mut live = self.live.write().expect("table lock");
+        if live.rows.get(namespace, name).is_none() {
+            let names = live.created.entry(namespace.into()).or_default();
+            names.insert(name.into(), version.into());
         }
     }
 
     /// The row of the Deployment `name` in `namespace`.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Row> {
         let live = self.live.read().expect("table lock");
-        live.rows.get(namespace)?.get(name).cloned()
+        live.rows.get(namespace, name).cloned()
     }
 
     /// The Deployments in `namespace` whose controller is the object with `uid`, by name.
     pub fn controlled_by(&self, namespace: &str, uid: &str) -> Vec<(Box<str>, Row)> {
-        let live = self.live.read().expect("table lock");
+        let live = &self.live.read().expect("table lock").rows;
         let (Some(names), Some(rows)) = (live.by_controller.get(uid), live.rows.get(namespace)) else {
             return Vec::new();
         };
@@ -177,12 +234,39 @@ impl DeploymentTable {
     /// How many Deployments the table holds.
     pub fn len(&self) -> usize {
         let live = self.live.read().expect("table lock");
-        live.rows.values().map(HashMap::len).sum()
+        live.rows.rows.values().map(HashMap::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+impl Live {
+    /// The row of `d`, and whether its event needs a reconcile: not the creation recorded
+    /// for its name, and a row unlike the one in use.
+    fn follow(&mut self, namespace: &str, name: &str, d: &CachedDeployment) -> (Row, bool) {
+        let row = Row::of(d);
+        let created = self.take_created(namespace, name);
+        let ours = created.is_some() && created.as_deref() == d.metadata.resource_version.as_deref();
+        let changed = self.rows.get(namespace, name) != Some(&row);
+        (row, changed && !ours)
+    }
+
+    /// Forgets the creation recorded for `name` in `namespace`, returning its resourceVersion.
+    fn take_created(&mut self, namespace: &str, name: &str) -> Option<Box<str>> {
+        let names = self.created.get_mut(namespace)?;
+        let version = names.remove(name);
+        if names.is_empty() {
+            self.created.remove(namespace);
+        }
+        version
+    }
+}
+
+/// A Deployment's namespace and name.
+fn key(d: &CachedDeployment) -> Option<(&str, &str)> {
+    Some((d.metadata.namespace.as_deref()?, d.metadata.name.as_deref()?))
 }
 
 #[cfg(test)]
@@ -264,7 +348,15 @@ mod tests {
         table.apply(&Event::Delete(deployment("ns", "web", Some("foo-1"))));
         assert!(table.get("ns", "web").is_none());
         assert!(table.controlled_by("ns", "foo-1").is_empty());
-        assert!(!table.live.read().unwrap().by_controller.contains_key("foo-1"));
+        assert!(
+            !table
+                .live
+                .read()
+                .unwrap()
+                .rows
+                .by_controller
+                .contains_key("foo-1")
+        );
         assert_eq!(table.len(), 3);
         for (namespace, name, controller) in [
             ("ns", "old-web", "foo-2"),
@@ -275,6 +367,7 @@ mod tests {
         }
         assert!(table.is_empty());
         let live = table.live.read().unwrap();
+        let live = &live.rows;
         assert!(
             live.rows.is_empty() && live.by_controller.is_empty(),
             "nothing left behind"
@@ -302,6 +395,7 @@ mod tests {
         table.apply(&Event::Apply(deployment("ns", "web", Some("foo-1"))));
         table.apply(&Event::Apply(deployment("ns", "old-web", Some("foo-1"))));
         let live = table.live.read().unwrap();
+        let live = &live.rows;
         let (key, names) = live.by_controller.get_key_value("foo-1").unwrap();
         for name in ["web", "old-web"] {
             let row = &live.rows["ns"][name];
@@ -323,5 +417,89 @@ mod tests {
         assert!(table.get("ns", "gone").is_none());
         assert_eq!(names(table.controlled_by("ns", "foo-1")), ["new"]);
         assert_eq!(table.len(), 1);
+    }
+
+    fn version(mut d: CachedDeployment, resource_version: &str) -> CachedDeployment {
+        d.metadata.resource_version = Some(resource_version.into());
+        d
+    }
+
+    fn available(mut d: CachedDeployment, replicas: i32) -> CachedDeployment {
+        d.status = Some(Status {
+            observed_generation: None,
+            available_replicas: Some(replicas),
+        });
+        d
+    }
+
+    fn waiting_creations(table: &DeploymentTable) -> usize {
+        let live = table.live.read().unwrap();
+        live.created.values().map(HashMap::len).sum()
+    }
+
+    #[test]
+    fn only_a_changed_row_or_a_deletion_needs_a_reconcile() {
+        let table = DeploymentTable::default();
+        let web = deployment("ns", "web", Some("foo-1"));
+        assert!(table.apply(&Event::Apply(version(web.clone(), "1"))), "new");
+        // A version that changes nothing the row keeps (the Deployment controller's conditions).
+        assert!(!table.apply(&Event::Apply(version(web.clone(), "2"))));
+        assert!(table.apply(&Event::Apply(version(available(web.clone(), 1), "3"))));
+        assert!(table.apply(&Event::Delete(version(available(web.clone(), 1), "4"))));
+        assert!(table.apply(&Event::Apply(version(web.clone(), "5"))), "back");
+
+        // A re-list compares with the rows in use: only what changed meanwhile asks.
+        assert!(!table.apply(&Event::Init));
+        assert!(!table.apply(&Event::InitApply(version(web.clone(), "5"))));
+        let db = deployment("ns", "db", Some("foo-2"));
+        assert!(table.apply(&Event::InitApply(version(db, "6"))));
+        assert!(!table.apply(&Event::InitDone));
+        assert_eq!(table.len(), 2);
+    }
+
+    #[test]
+    fn the_event_of_a_deployment_the_controller_created_needs_no_reconcile() {
+        let table = DeploymentTable::default();
+        let web = deployment("ns", "web", Some("foo-1"));
+        table.record_created(&version(web.clone(), "7"));
+        assert_eq!(waiting_creations(&table), 1);
+        assert!(!table.apply(&Event::Apply(version(web.clone(), "7"))));
+        assert_eq!(waiting_creations(&table), 0, "forgotten once reported");
+        assert!(table.apply(&Event::Apply(version(available(web.clone(), 1), "8"))));
+
+        // Changed before its event came (a re-list that missed the created version): the
+        // version the watch brings is not the one created, so it asks.
+        let db = deployment("ns", "db", Some("foo-2"));
+        table.record_created(&version(db.clone(), "9"));
+        assert!(table.apply(&Event::Apply(version(available(db.clone(), 1), "10"))));
+        assert_eq!(waiting_creations(&table), 0);
+        // Another namespace's Deployment of the same name is another Deployment.
+        table.record_created(&version(deployment("other", "web", Some("foo-3")), "11"));
+        assert!(table.apply(&Event::Apply(version(web, "11"))));
+        assert_eq!(waiting_creations(&table), 1);
+    }
+
+    #[test]
+    fn a_creation_waits_for_no_event_that_cannot_come() {
+        let table = DeploymentTable::default();
+        // Reported before the create's answer got back: nothing waits for it.
+        let web = version(deployment("ns", "web", Some("foo-1")), "3");
+        assert!(table.apply(&Event::Apply(web.clone())));
+        table.record_created(&web);
+        assert_eq!(waiting_creations(&table), 0);
+
+        // Deleted: forgotten.
+        let db = version(deployment("ns", "db", Some("foo-2")), "4");
+        table.record_created(&db);
+        assert!(table.apply(&Event::Delete(db.clone())));
+        assert_eq!(waiting_creations(&table), 0);
+
+        // A re-list may not have it (created and deleted while the watch was away): forgotten
+        // once the re-list completes, and an event of it then asks.
+        table.record_created(&db);
+        table.apply(&Event::Init);
+        table.apply(&Event::InitDone);
+        assert_eq!(waiting_creations(&table), 0);
+        assert!(table.apply(&Event::Apply(db)));
     }
 }

@@ -253,7 +253,27 @@ impl Shared {
     where
         C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
-        let (synced, mark) = Synced::new();
+        self.watch_followed_deciding(api, name, selection, prepare, move |event| {
+            follow(event);
+            true
+        })
+    }
+
+    /// [`watch_followed`](Shared::watch_followed), for a table that also knows which changes
+    /// matter: `follow` returns whether the event's object is passed on, which a reconcile that
+    /// reads only the table needs for nothing but a change of what the table keeps.
+    pub fn watch_followed_deciding<C>(
+        &self,
+        api: Api<C>,
+        name: &'static str,
+        selection: watcher::Config,
+        prepare: impl FnMut(&mut C) + Send + 'static,
+        mut follow: impl FnMut(&Event<C>) -> bool + Send + 'static,
+    ) -> Followed<C>
+    where
+        C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let (synced, mut mark) = Synced::new();
         let selection = self.config.initial_list.apply(selection);
         let owned = self.owned_only(&api, name);
         let events = watcher::watcher(api, selection)
@@ -261,8 +281,11 @@ impl Shared {
             .inspect(self.metrics.watch_observer(name))
             .try_filter(owned)
             .modify(prepare)
-            .inspect_ok(move |event| follow(event))
-            .inspect_ok(mark)
+            .try_filter_map(move |event| {
+                let passed = follow(&event);
+                mark(&event);
+                futures::future::ready(Ok(passed.then_some(event)))
+            })
             .touched_objects()
             .boxed();
         Followed { events, synced }
