@@ -5,7 +5,10 @@
 //! created is queued again by that Deployment's watch event, and runs as soon as the first
 //! reconcile returns) would find the status from before the write and write the same new one
 //! again. So the object each write returned is kept until the watch brings a newer version, and
-//! reconciles start from it while the cache still has the version the write replaced.
+//! reconciles start from it while the cache still has a version the write replaced. A reconcile
+//! that started from our write may write again before the watch brings the first: the second
+//! write replaced the first, and the first replaced the cached version, so both versions are
+//! kept as replaced (a loaded API server's watch can be several writes behind).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,8 +23,23 @@ use serde::de::DeserializeOwned;
 use super::FIELD_MANAGER;
 use super::lean::Lean;
 
-/// By object: the resourceVersion a write replaced, and the object it returned.
-type Writes<K> = HashMap<ObjectRef<K>, (String, Arc<K>)>;
+/// By object: our last write of it that the cache has not seen.
+type Writes<K> = HashMap<ObjectRef<K>, Written<K>>;
+
+struct Written<K> {
+    /// The resourceVersions our unseen writes replaced, oldest first: the cached version the
+    /// first of them started from, then each write's own but the last.
+    replaced: Vec<String>,
+    /// What the last write returned.
+    object: Arc<K>,
+}
+
+impl<K: Resource> Written<K> {
+    /// Whether `version` is older than our last write: one it replaced, directly or not.
+    fn replaced(&self, version: Option<&String>) -> bool {
+        version.is_some_and(|version| self.replaced.contains(version))
+    }
+}
 
 /// Shared; clones see the same writes.
 pub struct OwnWrites<K: Resource> {
@@ -54,8 +72,8 @@ where
         let mut writes = self.writes.lock().expect("not poisoned");
         let key = ObjectRef::from_obj(&*cached);
         match writes.get(&key) {
-            Some((replaced, written)) if cached.meta().resource_version.as_ref() == Some(replaced) => {
-                written.clone()
+            Some(written) if written.replaced(cached.meta().resource_version.as_ref()) => {
+                written.object.clone()
             }
             // The cache has caught up, or someone else changed the object since.
             Some(_) => {
@@ -93,10 +111,25 @@ where
         let Some(version) = replaced.meta().resource_version.clone() else {
             return;
         };
-        self.writes
-            .lock()
-            .expect("not poisoned")
-            .insert(ObjectRef::from_obj(&written), (version, Arc::new(written)));
+        let mut writes = self.writes.lock().expect("not poisoned");
+        let key = ObjectRef::from_obj(&written);
+        let object = Arc::new(written);
+        match writes.get_mut(&key) {
+            // Over our own last write, still unseen: the versions it replaced stay older.
+            Some(last) if last.object.meta().resource_version.as_ref() == Some(&version) => {
+                last.replaced.push(version);
+                last.object = object;
+            }
+            _ => {
+                writes.insert(
+                    key,
+                    Written {
+                        replaced: vec![version],
+                        object,
+                    },
+                );
+            }
+        }
     }
 
     /// Keeps the writes of the objects `keep` says to: the others are gone (deleted while the
@@ -115,7 +148,7 @@ where
             let key = ObjectRef::from_obj(obj);
             if writes
                 .get(&key)
-                .is_some_and(|(replaced, _)| obj.meta().resource_version.as_ref() != Some(replaced))
+                .is_some_and(|written| !written.replaced(obj.meta().resource_version.as_ref()))
             {
                 writes.remove(&key);
             }
@@ -202,5 +235,45 @@ mod tests {
         writes.record(&object("1", "old"), object("2", "new"));
         writes.observe(&Event::InitApply(object("1", "old")));
         assert_eq!(writes.len(), 1);
+    }
+
+    fn version(object: &ConfigMap) -> Option<&str> {
+        object.metadata.resource_version.as_deref()
+    }
+
+    #[test]
+    fn a_second_write_before_the_watch_brings_the_first_starts_later_reconciles_from_the_second() {
+        let writes = OwnWrites::default();
+        let cached = object("1", "old");
+        writes.record(&cached, object("2", "first"));
+        // A reconcile started from the first write, and wrote again.
+        let first = writes.latest(Arc::new(cached.clone()));
+        writes.record(&first, object("3", "second"));
+
+        // The cache at the version before both, or at the first write's: the second is newer.
+        for seen in [&cached, &object("2", "first")] {
+            assert_eq!(version(&writes.latest(Arc::new(seen.clone()))), Some("3"));
+        }
+        // The watch brings the first write: the second is still to come.
+        writes.observe(&Event::Apply(object("2", "first")));
+        assert_eq!(writes.len(), 1);
+        assert_eq!(version(&writes.latest(Arc::new(object("2", "first")))), Some("3"));
+        // Then the second: nothing in flight.
+        writes.observe(&Event::Apply(object("3", "second")));
+        assert_eq!(writes.len(), 0);
+    }
+
+    #[test]
+    fn a_write_over_a_version_that_is_not_our_last_starts_afresh() {
+        let writes = OwnWrites::default();
+        writes.record(&object("1", "old"), object("2", "ours"));
+        // Someone else's version 5 was read and written over: version 1 is not ours to skip.
+        writes.record(&object("5", "theirs"), object("6", "ours again"));
+        assert_eq!(
+            version(&writes.latest(Arc::new(object("5", "theirs")))),
+            Some("6")
+        );
+        assert_eq!(version(&writes.latest(Arc::new(object("1", "old")))), Some("1"));
+        assert_eq!(writes.len(), 0);
     }
 }
