@@ -1,9 +1,9 @@
 //! Our own writes that the controller's cache has not seen yet.
 //!
 //! A reconcile reads its object from the cache, which learns of a write only when the write's
-//! watch event arrives. A reconcile that starts in between (the Foo whose Deployment was just
-//! created is queued again by that Deployment's watch event, and runs as soon as the first
-//! reconcile returns) would find the status from before the write and write the same new one
+//! watch event arrives. A reconcile that starts in between (a Foo queued again by a change of
+//! its Deployment while it was writing its status, which runs as soon as that reconcile
+//! returns, or a resync) would find the status from before the write and write the same new one
 //! again. So the object each write returned is kept until the watch brings a newer version, and
 //! reconciles start from it while the cache still has a version the write replaced. A reconcile
 //! that started from our write may write again before the watch brings the first: the second
@@ -36,7 +36,7 @@ struct Written<K> {
 
 impl<K: Resource> Written<K> {
     /// Whether `version` is older than our last write: one it replaced, directly or not.
-    fn replaced(&self, version: Option<&String>) -> bool {
+    fn has_replaced(&self, version: Option<&String>) -> bool {
         version.is_some_and(|version| self.replaced.contains(version))
     }
 }
@@ -72,7 +72,7 @@ where
         let mut writes = self.writes.lock().expect("not poisoned");
         let key = ObjectRef::from_obj(&*cached);
         match writes.get(&key) {
-            Some(written) if written.replaced(cached.meta().resource_version.as_ref()) => {
+            Some(written) if written.has_replaced(cached.meta().resource_version.as_ref()) => {
                 written.object.clone()
             }
             // The cache has caught up, or someone else changed the object since.
@@ -148,7 +148,7 @@ where
             let key = ObjectRef::from_obj(obj);
             if writes
                 .get(&key)
-                .is_some_and(|written| !written.replaced(obj.meta().resource_version.as_ref()))
+                .is_some_and(|written| !written.has_replaced(obj.meta().resource_version.as_ref()))
             {
                 writes.remove(&key);
             }
