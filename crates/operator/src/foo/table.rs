@@ -163,10 +163,11 @@ impl DeploymentTable {
                 needed
             }
             Event::Delete(d) => {
-                let (namespace, name) = (d.namespace().unwrap_or_default(), d.name_any());
-                let mut live = self.live.write().expect("table lock");
-                live.take_created(&namespace, &name);
-                live.rows.remove(&namespace, &name);
+                if let Some((namespace, name)) = key(d) {
+                    let mut live = self.live.write().expect("table lock");
+                    live.take_created(namespace, name);
+                    live.rows.remove(namespace, name);
+                }
                 true
             }
             Event::Init => {

@@ -34,7 +34,7 @@ struct Written<K> {
     object: Arc<K>,
 }
 
-impl<K: Resource> Written<K> {
+impl<K> Written<K> {
     /// Whether `version` is older than our last write: one it replaced, directly or not.
     fn has_replaced(&self, version: Option<&String>) -> bool {
         version.is_some_and(|version| self.replaced.contains(version))
