@@ -30,13 +30,7 @@ where
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    let body = serde_json::to_vec(desired).map_err(kube::Error::SerdeError)?;
-    let mut request = kube::core::Request::new(api.resource_url())
-        .create(&params, body)
-        .map_err(kube::Error::BuildRequest)?;
-    // What kube's own create marks its requests with, naming its trace span.
-    request.extensions_mut().insert("create");
-    match api.clone().into_client().request::<R>(request).await {
+    match super::create_reading::<R, R>(api, &params, desired).await {
         Ok(created) => Ok(Some(created)),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
         Err(e) => Err(e),

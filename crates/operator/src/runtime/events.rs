@@ -42,6 +42,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{EventType, Reporter};
+use serde::de::IgnoredAny;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -694,10 +695,13 @@ async fn publish_queue(queue: Arc<Queue>, client: Client, reporter: Reporter, me
 async fn send(client: Client, reporter: &Reporter, event: Pending, metrics: &Metrics) {
     let namespace = event.regarding.namespace.as_deref().unwrap_or("default");
     let api: Api<KubeEvent> = Api::namespaced(client, namespace);
+    let params = PostParams::default();
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let error = match create_unread(&api, &event.to_event(reporter, Timestamp::now())).await {
+        // The created Event is of no use here: its JSON is checked, nothing of it built.
+        let sent = event.to_event(reporter, Timestamp::now());
+        let error = match super::create_reading::<_, IgnoredAny>(&api, &params, &sent).await {
             Ok(_) if event.stands_for > 0 => return metrics.event("summary"),
             Ok(_) => return metrics.event("published"),
             Err(error) => error,
@@ -715,21 +719,6 @@ async fn send(client: Client, reporter: &Reporter, event: Pending, metrics: &Met
         }
         tokio::time::sleep(Duration::from_millis(500) * 2u32.pow(attempt - 1)).await;
     }
-}
-
-/// Creates `event`, and reads of the apiserver's answer only whether it succeeded: the created
-/// Event, its managed fields and times included, is of no use here, so serde checks its JSON
-/// and builds nothing of it.
-async fn create_unread(api: &Api<KubeEvent>, event: &KubeEvent) -> kube::Result<()> {
-    let body = serde_json::to_vec(event).map_err(kube::Error::SerdeError)?;
-    let mut request = kube::core::Request::new(api.resource_url())
-        .create(&PostParams::default(), body)
-        .map_err(kube::Error::BuildRequest)?;
-    // What kube's own create marks its requests with, naming its trace span.
-    request.extensions_mut().insert("create");
-    let client = api.clone().into_client();
-    client.request::<serde::de::IgnoredAny>(request).await?;
-    Ok(())
 }
 
 #[cfg(test)]

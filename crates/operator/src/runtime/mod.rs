@@ -218,6 +218,28 @@ where
     }
 }
 
+/// Creates `object` in `api`'s collection and reads the apiserver's answer as `T`, which need
+/// not be `K`: a projection of the object when the caller keeps a few fields of it
+/// ([`children::create`]), or `serde::de::IgnoredAny` when it keeps nothing (an Event), so that
+/// nothing is decoded only to be dropped.
+pub async fn create_reading<K, T>(
+    api: &Api<K>,
+    params: &kube::api::PostParams,
+    object: &impl serde::Serialize,
+) -> kube::Result<T>
+where
+    K: Resource + Clone,
+    T: DeserializeOwned,
+{
+    let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
+    let mut request = kube::core::Request::new(api.resource_url())
+        .create(params, body)
+        .map_err(kube::Error::BuildRequest)?;
+    // What kube's own create marks its requests with, naming its trace span.
+    request.extensions_mut().insert("create");
+    api.clone().into_client().request::<T>(request).await
+}
+
 /// A tick every `interval`, for `reconcile_all_on`.
 pub(crate) fn resync_ticks(interval: Duration) -> impl Stream<Item = ()> + Send {
     futures::stream::unfold(
