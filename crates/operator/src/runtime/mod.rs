@@ -10,7 +10,8 @@
 //! - [`controller`]: the [`Reconciler`] a controller module implements, and [`run`], which
 //!   wraps its reconcile with readiness, timing, metrics, tracing, per-object backoff that resets
 //!   on success, and the rule that a terminal error (an invalid spec) waits for a change;
-//! - [`watch`]: the watches of a controller, with their caches, metrics and [`Synced`] readiness;
+//! - [`watch`]: the watches of a controller, with their caches, metrics and [`Synced`] readiness,
+//!   and [`consistent_streams`], which makes their streamed lists read the cluster's current state;
 //! - [`status`]: conditions following the Kubernetes conventions, and status writes that are
 //!   sent only when something changed and remembered until the watch delivers them
 //!   ([`own_writes`]), with an event on each transition ([`events`]);
@@ -32,6 +33,7 @@
 pub mod backoff;
 pub mod children;
 pub mod code_pages;
+pub mod consistent_streams;
 pub mod controller;
 pub mod descriptor;
 pub mod events;

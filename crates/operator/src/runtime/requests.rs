@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use http::{Method, Request, Response};
 use tower::{Layer, Service};
 
+use super::consistent_streams::ConsistentStreamsLayer;
 use super::sharding::layer::Selectors;
 use super::transport::{self, HttpVersion};
 
@@ -125,6 +126,7 @@ impl RequestCounter {
         Ok(transport::client_builder(config, version)?
             .with_layer(&layer)
             .with_layer(&selectors.layer())
+            .with_layer(&ConsistentStreamsLayer)
             .build())
     }
 }
