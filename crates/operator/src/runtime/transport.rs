@@ -150,7 +150,9 @@ mod tests {
         port
     }
 
-    async fn version_spoken(version: HttpVersion, port: u16) -> Version {
+    /// A client speaking `version` to the server on `port`, once it has an answer, and the
+    /// answer's HTTP version.
+    async fn connected(version: HttpVersion, port: u16) -> (kube::Client, Version) {
         let mut config = Config::new(format!("https://127.0.0.1:{port}").parse().unwrap());
         config.accept_invalid_certs = true;
         let client = client_builder(config, version).unwrap().build();
@@ -159,7 +161,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(response.status(), 200);
-        response.version()
+        (client, response.version())
+    }
+
+    async fn version_spoken(version: HttpVersion, port: u16) -> Version {
+        connected(version, port).await.1
     }
 
     /// Whether Nagle's algorithm is off on each of this process's connections to `port`.
@@ -201,15 +207,8 @@ mod tests {
     async fn every_connection_to_the_apiserver_has_nagles_algorithm_off() {
         for version in [HttpVersion::Http1, HttpVersion::Http2] {
             let port = http1_only_server().await;
-            let mut config = Config::new(format!("https://127.0.0.1:{port}").parse().unwrap());
-            config.accept_invalid_certs = true;
-            let client = client_builder(config, version).unwrap().build();
-            let response = client
-                .send(http::Request::get("/version").body(Body::empty()).unwrap())
-                .await
-                .unwrap();
-            assert_eq!(response.status(), 200);
-            // The client, and so its connection, is still alive here.
+            // The client, and so its connection, stays alive while its socket is read.
+            let (_client, _) = connected(version, port).await;
             assert_eq!(nodelay_of_connections_to(port), [true], "{version:?}");
         }
     }
