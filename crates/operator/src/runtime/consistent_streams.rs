@@ -4,12 +4,12 @@
 //! kube-runtime's watcher (kube 5.0) opens a streaming list with `resourceVersion=0`, which the
 //! API server reads as "any state": it may stream its watch cache as it is, behind etcd, so an
 //! operator that starts, or lists again after its watch expired, can reconcile from objects
-//! older than the ones it has already written or seen. Without a resourceVersion the same watch is
-//! a consistent read: the API server first waits until its cache has caught up with etcd at the
-//! moment of the request (Kubernetes' WatchList, KEP-3157; `getWatchCacheResourceVersion` in
-//! k8s.io/apiserver v0.36's cacher; client-go's reflector asks so). That
-//! is what kube-runtime's paged lists already ask for by default (`ListSemantic::MostRecent`), so
-//! with the layer both ways of listing read the same.
+//! older than the ones it has already written or seen. Without a resourceVersion the same watch
+//! is a consistent read: the API server first waits until its cache has caught up with etcd at
+//! the moment of the request (Kubernetes' WatchList, KEP-3157; `getWatchCacheResourceVersion` in
+//! k8s.io/apiserver v0.36's cacher; client-go's reflector asks so). That is what kube-runtime's
+//! paged lists already ask for by default (`ListSemantic::MostRecent`), so with the layer both
+//! ways of listing read the same.
 //!
 //! The watcher builds its requests itself and has no setting for this, so the layer works below
 //! it, as the shard selectors do ([`super::sharding::layer`]).
@@ -114,7 +114,7 @@ mod tests {
     #[test]
     fn every_other_request_passes_unchanged() {
         for (method, uri) in [
-            // A watch resumed from where it was: no initial events.
+            // Watches that stream no list.
             (
                 Method::GET,
                 "/api/v1/pods?&watch=true&allowWatchBookmarks=true&resourceVersion=0",
