@@ -237,7 +237,8 @@ where
     let mut request = kube::core::Request::new(api.resource_url())
         .create(params, body)
         .map_err(kube::Error::BuildRequest)?;
-    // What kube's own create marks its requests with, naming its trace span.
+    // What kube's own create marks its requests with, naming the trace span of kube-rs's HTTP
+    // stack (the one a kubeconfig with a proxy-url still gets; `transport` builds the others).
     request.extensions_mut().insert("create");
     api.clone().into_client().request::<T>(request).await
 }
